@@ -43,9 +43,7 @@ class Signal:
         """The name to register with prometheus_client (it appends `_total` to counters)."""
         if self.kind is Kind.COUNTER and self.name.endswith("_total"):
             return self.name.removesuffix("_total")
-        if self.kind is Kind.INFO and self.name.endswith("_info"):
-            return self.name.removesuffix("_info")
-        return self.name
+        return self.name  # info series are value-1 gauges under their full name, as in vLLM
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -71,9 +69,14 @@ FINE_LATENCY_BUCKETS: tuple[float, ...] = (
 
 
 def _vllm(
-    name: str, kind: Kind, unit: str, help_: str, *labels: str,
-    aliases: tuple[str, ...] = (), legacy: bool = False,
-) -> Signal:  # fmt: skip
+    name: str,
+    kind: Kind,
+    unit: str,
+    help_: str,
+    *labels: str,
+    aliases: tuple[str, ...] = (),
+    legacy: bool = False,
+) -> Signal:
     return Signal(name, kind, unit, help_, Source.VLLM, (*_VLLM, *labels), aliases, legacy)
 
 
@@ -100,62 +103,97 @@ VLLM_REQUESTS_WAITING = _vllm(
     "vllm:num_requests_waiting", G, "requests", "Requests waiting to be scheduled."
 )
 VLLM_REQUESTS_WAITING_BY_REASON = _vllm(
-    "vllm:num_requests_waiting_by_reason", G, "requests",
-    "Waiting requests by reason (capacity: no KV space; deferred).", "reason",
-)  # fmt: skip
+    "vllm:num_requests_waiting_by_reason",
+    G,
+    "requests",
+    "Waiting requests by reason (capacity: no KV space; deferred).",
+    "reason",
+)
 VLLM_KV_CACHE_USAGE = _vllm(
-    "vllm:kv_cache_usage_perc", G, "ratio", "KV-cache pool in use, 0..1 (1 = full).",
+    "vllm:kv_cache_usage_perc",
+    G,
+    "ratio",
+    "KV-cache pool in use, 0..1 (1 = full).",
     aliases=("vllm:gpu_cache_usage_perc",),
-)  # fmt: skip
+)
 VLLM_ENGINE_SLEEP_STATE = _vllm(
-    "vllm:engine_sleep_state", G, "state", "Engine sleep state (awake / weights offloaded).",
+    "vllm:engine_sleep_state",
+    G,
+    "state",
+    "Engine sleep state (awake / weights offloaded).",
     "sleep_state",
-)  # fmt: skip
+)
 VLLM_CACHE_CONFIG_INFO = _vllm(
-    "vllm:cache_config_info", G, "info",
+    "vllm:cache_config_info",
+    G,
+    "info",
     "KV-cache configuration as labels (block_size, gpu_memory_utilization, num_gpu_blocks, ...).",
-    "block_size", "gpu_memory_utilization", "cache_dtype", "num_gpu_blocks",
+    "block_size",
+    "gpu_memory_utilization",
+    "cache_dtype",
+    "num_gpu_blocks",
     "enable_prefix_caching",
-)  # fmt: skip
+)
 VLLM_NUM_PREEMPTIONS = _vllm(
-    "vllm:num_preemptions_total", C, "preemptions",
+    "vllm:num_preemptions_total",
+    C,
+    "preemptions",
     "Preemptions: a running request evicted from the KV cache (V1 recomputes it later).",
-)  # fmt: skip
+)
 VLLM_PROMPT_TOKENS = _vllm("vllm:prompt_tokens_total", C, "tokens", "Prefill tokens processed.")
 VLLM_GENERATION_TOKENS = _vllm(
     "vllm:generation_tokens_total", C, "tokens", "Generation tokens produced."
 )
 VLLM_PROMPT_TOKENS_BY_SOURCE = _vllm(
-    "vllm:prompt_tokens_by_source_total", C, "tokens",
-    "Prompt tokens by source (local_compute, local_cache_hit, external_kv_transfer).", "source",
-)  # fmt: skip
+    "vllm:prompt_tokens_by_source_total",
+    C,
+    "tokens",
+    "Prompt tokens by source (local_compute, local_cache_hit, external_kv_transfer).",
+    "source",
+)
 VLLM_PROMPT_TOKENS_CACHED = _vllm(
     "vllm:prompt_tokens_cached_total", C, "tokens", "Prompt tokens served from a cache."
 )
 VLLM_REQUEST_SUCCESS = _vllm(
-    "vllm:request_success_total", C, "requests", "Finished requests by finish reason.",
+    "vllm:request_success_total",
+    C,
+    "requests",
+    "Finished requests by finish reason.",
     "finished_reason",
-)  # fmt: skip
+)
 VLLM_PREFIX_CACHE_QUERIES = _vllm(
-    "vllm:prefix_cache_queries_total", C, "tokens", "Prefix-cache lookups (tokens).",
+    "vllm:prefix_cache_queries_total",
+    C,
+    "tokens",
+    "Prefix-cache lookups (tokens).",
     aliases=("vllm:gpu_prefix_cache_queries_total",),
-)  # fmt: skip
+)
 VLLM_PREFIX_CACHE_HITS = _vllm(
-    "vllm:prefix_cache_hits_total", C, "tokens", "Prefix-cache hits (tokens).",
+    "vllm:prefix_cache_hits_total",
+    C,
+    "tokens",
+    "Prefix-cache hits (tokens).",
     aliases=("vllm:gpu_prefix_cache_hits_total",),
-)  # fmt: skip
+)
 VLLM_EXTERNAL_PREFIX_CACHE_QUERIES = _vllm(
-    "vllm:external_prefix_cache_queries_total", C, "tokens",
+    "vllm:external_prefix_cache_queries_total",
+    C,
+    "tokens",
     "External (KV connector) prefix-cache lookups (tokens).",
-)  # fmt: skip
+)
 VLLM_EXTERNAL_PREFIX_CACHE_HITS = _vllm(
-    "vllm:external_prefix_cache_hits_total", C, "tokens",
+    "vllm:external_prefix_cache_hits_total",
+    C,
+    "tokens",
     "External (KV connector) prefix-cache hits (tokens).",
-)  # fmt: skip
+)
 VLLM_ADMISSION_REJECTIONS = _vllm(
-    "vllm:admission_rejections_total", C, "requests", "Requests the engine refused to admit.",
+    "vllm:admission_rejections_total",
+    C,
+    "requests",
+    "Requests the engine refused to admit.",
     "reason",
-)  # fmt: skip
+)
 VLLM_SPEC_DECODE_DRAFTS = _vllm(
     "vllm:spec_decode_num_drafts_total", C, "drafts", "Speculative-decoding drafts."
 )
@@ -166,9 +204,12 @@ VLLM_SPEC_DECODE_ACCEPTED_TOKENS = _vllm(
     "vllm:spec_decode_num_accepted_tokens_total", C, "tokens", "Draft tokens accepted."
 )
 VLLM_SPEC_DECODE_ACCEPTED_PER_POS = _vllm(
-    "vllm:spec_decode_num_accepted_tokens_per_pos_total", C, "tokens",
-    "Draft tokens accepted per draft position.", "position",
-)  # fmt: skip
+    "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+    C,
+    "tokens",
+    "Draft tokens accepted per draft position.",
+    "position",
+)
 
 VLLM_TTFT = _vllm(
     "vllm:time_to_first_token_seconds",
@@ -177,13 +218,18 @@ VLLM_TTFT = _vllm(
     "Time to first token (arrival to first token).",
 )
 VLLM_ITL = _vllm(
-    "vllm:inter_token_latency_seconds", H, "seconds", "Latency between consecutive output tokens.",
+    "vllm:inter_token_latency_seconds",
+    H,
+    "seconds",
+    "Latency between consecutive output tokens.",
     aliases=("vllm:time_per_output_token_seconds",),
-)  # fmt: skip
+)
 VLLM_TPOT = _vllm(
-    "vllm:request_time_per_output_token_seconds", H, "seconds",
+    "vllm:request_time_per_output_token_seconds",
+    H,
+    "seconds",
     "Per-request mean time per output token.",
-)  # fmt: skip
+)
 VLLM_E2E_LATENCY = _vllm(
     "vllm:e2e_request_latency_seconds", H, "seconds", "End-to-end request latency."
 )
@@ -213,9 +259,11 @@ VLLM_REQUEST_MAX_GENERATION_TOKENS = _vllm(
     "vllm:request_max_num_generation_tokens", H, "tokens", "Max generation tokens per request."
 )
 VLLM_REQUEST_PREFILL_KV_COMPUTED = _vllm(
-    "vllm:request_prefill_kv_computed_tokens", H, "tokens",
+    "vllm:request_prefill_kv_computed_tokens",
+    H,
+    "tokens",
     "Prefill tokens computed (not served from cache) per request.",
-)  # fmt: skip
+)
 VLLM_REQUEST_PREEMPTIONS = _vllm(
     "vllm:request_num_preemptions", H, "preemptions", "Preemptions per finished request."
 )
@@ -225,33 +273,54 @@ VLLM_ITERATION_TOKENS = _vllm(
 
 # Removed with the V0 engine (V1 preempts by recompute and never swaps). Read only.
 VLLM_REQUESTS_SWAPPED = _vllm(
-    "vllm:num_requests_swapped", G, "requests", "V0: requests swapped out to CPU memory.",
+    "vllm:num_requests_swapped",
+    G,
+    "requests",
+    "V0: requests swapped out to CPU memory.",
     legacy=True,
-)  # fmt: skip
+)
 VLLM_CPU_CACHE_USAGE = _vllm(
-    "vllm:cpu_cache_usage_perc", G, "ratio", "V0: CPU swap-space KV cache in use, 0..1.",
+    "vllm:cpu_cache_usage_perc",
+    G,
+    "ratio",
+    "V0: CPU swap-space KV cache in use, 0..1.",
     legacy=True,
-)  # fmt: skip
+)
 VLLM_GPU_PREFIX_CACHE_HIT_RATE = _vllm(
-    "vllm:gpu_prefix_cache_hit_rate", G, "ratio", "V0: GPU prefix-cache hit rate, 0..1.",
+    "vllm:gpu_prefix_cache_hit_rate",
+    G,
+    "ratio",
+    "V0: GPU prefix-cache hit rate, 0..1.",
     legacy=True,
-)  # fmt: skip
+)
 VLLM_CPU_PREFIX_CACHE_HIT_RATE = _vllm(
-    "vllm:cpu_prefix_cache_hit_rate", G, "ratio", "V0: CPU prefix-cache hit rate, 0..1.",
+    "vllm:cpu_prefix_cache_hit_rate",
+    G,
+    "ratio",
+    "V0: CPU prefix-cache hit rate, 0..1.",
     legacy=True,
-)  # fmt: skip
+)
 VLLM_TIME_IN_QUEUE = _vllm(
-    "vllm:time_in_queue_requests", H, "seconds", "V0: time requests spent in the queue.",
+    "vllm:time_in_queue_requests",
+    H,
+    "seconds",
+    "V0: time requests spent in the queue.",
     legacy=True,
-)  # fmt: skip
+)
 VLLM_AVG_PROMPT_THROUGHPUT = _vllm(
-    "vllm:avg_prompt_throughput_toks_per_s", G, "tokens/s", "V0: average prefill throughput.",
+    "vllm:avg_prompt_throughput_toks_per_s",
+    G,
+    "tokens/s",
+    "V0: average prefill throughput.",
     legacy=True,
-)  # fmt: skip
+)
 VLLM_AVG_GENERATION_THROUGHPUT = _vllm(
-    "vllm:avg_generation_throughput_toks_per_s", G, "tokens/s",
-    "V0: average generation throughput.", legacy=True,
-)  # fmt: skip
+    "vllm:avg_generation_throughput_toks_per_s",
+    G,
+    "tokens/s",
+    "V0: average generation throughput.",
+    legacy=True,
+)
 
 # --- dcgm-exporter names (default counters + the fields kvscope's NVML backend maps onto) --
 
@@ -282,10 +351,14 @@ DCGM_MEM_COPY_UTIL = _dcgm("DCGM_FI_DEV_MEM_COPY_UTIL", G, "percent", "Memory ut
 DCGM_ENC_UTIL = _dcgm("DCGM_FI_DEV_ENC_UTIL", G, "percent", "Encoder utilisation.")
 DCGM_DEC_UTIL = _dcgm("DCGM_FI_DEV_DEC_UTIL", G, "percent", "Decoder utilisation.")
 DCGM_XID_ERRORS = _dcgm(
-    "DCGM_FI_DEV_XID_ERRORS", G, "xid",
+    "DCGM_FI_DEV_XID_ERRORS",
+    G,
+    "xid",
     "Value of the last XID error (sticky: repeats are invisible; compare changes, not increase).",
-    "err_code", "err_msg", aliases=("DCGM_FI_DEV_XID_ERROR",),
-)  # fmt: skip
+    "err_code",
+    "err_msg",
+    aliases=("DCGM_FI_DEV_XID_ERROR",),
+)
 DCGM_FB_FREE = _dcgm("DCGM_FI_DEV_FB_FREE", G, "MiB", "Framebuffer memory free.")
 DCGM_FB_USED = _dcgm("DCGM_FI_DEV_FB_USED", G, "MiB", "Framebuffer memory used.")
 DCGM_FB_RESERVED = _dcgm("DCGM_FI_DEV_FB_RESERVED", G, "MiB", "Framebuffer memory reserved.")
@@ -331,10 +404,12 @@ DCGM_PCIE_MAX_LINK_WIDTH = _dcgm(
     "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", G, "lanes", "Maximum PCIe width of the link."
 )
 DCGM_CLOCK_EVENT_REASONS = _dcgm(
-    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", G, "bitmask",
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+    G,
+    "bitmask",
     "Why clocks are held down (NVML clocks-event bitmask).",
     aliases=("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",),
-)  # fmt: skip
+)
 DCGM_POWER_VIOLATION = _dcgm(
     "DCGM_FI_DEV_POWER_VIOLATION", C, "ns", "Time throttled by the power cap."
 )
@@ -342,13 +417,20 @@ DCGM_THERMAL_VIOLATION = _dcgm(
     "DCGM_FI_DEV_THERMAL_VIOLATION", C, "ns", "Time throttled by temperature."
 )
 DCGM_EXP_XID_COUNT = _dcgm(
-    "DCGM_EXP_XID_ERRORS_COUNT", G, "errors", "XIDs seen in the exporter's window, by XID.",
-    "xid", "window_size_in_ms",
-)  # fmt: skip
+    "DCGM_EXP_XID_ERRORS_COUNT",
+    G,
+    "errors",
+    "XIDs seen in the exporter's window, by XID.",
+    "xid",
+    "window_size_in_ms",
+)
 DCGM_EXP_CLOCK_EVENTS_COUNT = _dcgm(
-    "DCGM_EXP_CLOCK_EVENTS_COUNT", G, "events", "Clock events in the exporter's window.",
+    "DCGM_EXP_CLOCK_EVENTS_COUNT",
+    G,
+    "events",
+    "Clock events in the exporter's window.",
     "clock_event",
-)  # fmt: skip
+)
 
 # --- kvscope's own: serving (stat-logger plugin + gateway) -------------------------------
 
@@ -356,64 +438,111 @@ _REQ = ("model_name",)
 _QOS = ("model_name", "tenant", "priority_class")
 
 REQUEST_PREFILL_SECONDS = _own(
-    "kvscope_request_prefill_seconds", H, "seconds", "Per-request prefill time (ms buckets).",
-    *_REQ, buckets=FINE_LATENCY_BUCKETS,
-)  # fmt: skip
+    "kvscope_request_prefill_seconds",
+    H,
+    "seconds",
+    "Per-request prefill time (ms buckets).",
+    *_REQ,
+    buckets=FINE_LATENCY_BUCKETS,
+)
 REQUEST_DECODE_SECONDS = _own(
-    "kvscope_request_decode_seconds", H, "seconds", "Per-request decode time (ms buckets).",
-    *_REQ, buckets=FINE_LATENCY_BUCKETS,
-)  # fmt: skip
+    "kvscope_request_decode_seconds",
+    H,
+    "seconds",
+    "Per-request decode time (ms buckets).",
+    *_REQ,
+    buckets=FINE_LATENCY_BUCKETS,
+)
 REQUEST_QUEUE_SECONDS = _own(
-    "kvscope_request_queue_seconds", H, "seconds",
+    "kvscope_request_queue_seconds",
+    H,
+    "seconds",
     "Per-request time in the engine queue, by tenant and priority class.",
-    *_QOS, buckets=FINE_LATENCY_BUCKETS,
-)  # fmt: skip
+    *_QOS,
+    buckets=FINE_LATENCY_BUCKETS,
+)
 REQUEST_TTFT_SECONDS = _own(
-    "kvscope_request_ttft_seconds", H, "seconds",
+    "kvscope_request_ttft_seconds",
+    H,
+    "seconds",
     "Time to first token, by tenant and priority class.",
-    *_QOS, buckets=FINE_LATENCY_BUCKETS,
-)  # fmt: skip
+    *_QOS,
+    buckets=FINE_LATENCY_BUCKETS,
+)
 REQUEST_GATEWAY_SECONDS = _own(
-    "kvscope_request_gateway_seconds", H, "seconds",
+    "kvscope_request_gateway_seconds",
+    H,
+    "seconds",
     "Time a request spends in the gateway before the engine (auth, limits, tokenisation).",
-    *_REQ, buckets=FINE_LATENCY_BUCKETS,
-)  # fmt: skip
+    *_REQ,
+    buckets=FINE_LATENCY_BUCKETS,
+)
 CACHE_PREFIX_HIT_RATIO = _own(
-    "kvscope_cache_prefix_hit_ratio", G, "ratio",
-    "Prefix-cache hit rate over a sliding window (hit tokens / queried tokens).", *_REQ,
-)  # fmt: skip
+    "kvscope_cache_prefix_hit_ratio",
+    G,
+    "ratio",
+    "Prefix-cache hit rate over a sliding window (hit tokens / queried tokens).",
+    *_REQ,
+)
 CACHE_CAPACITY_TOKENS = _own(
     "kvscope_cache_capacity_tokens", G, "tokens", "KV-cache pool capacity in tokens.", *_REQ
 )
 CACHE_BYTES_PER_TOKEN = _own(
-    "kvscope_cache_bytes_per_token", G, "bytes",
-    "KV-cache bytes per token (2 x layers x kv_heads x head_dim x dtype bytes).", *_REQ,
-)  # fmt: skip
+    "kvscope_cache_bytes_per_token",
+    G,
+    "bytes",
+    "KV-cache bytes per token (2 x layers x kv_heads x head_dim x dtype bytes).",
+    *_REQ,
+)
 ENGINE_CONFIG_INFO = _own(
-    "kvscope_engine_config_info", I, "info",
+    "kvscope_engine_config_info",
+    I,
+    "info",
     "Effective engine configuration (profile, block size, budgets, KV dtype, ...).",
-    "model_name", "profile", "setting", "value",
-)  # fmt: skip
+    "model_name",
+    "profile",
+    "setting",
+    "value",
+)
 GATEWAY_REQUESTS = _own(
-    "kvscope_gateway_requests_total", C, "requests", "Requests admitted by the gateway.",
-    "tenant", "tier", "priority_class",
-)  # fmt: skip
-GATEWAY_REJECTIONS = _own(
-    "kvscope_gateway_rejections_total", C, "requests", "Requests refused by the gateway.",
-    "reason", "tenant",
-)  # fmt: skip
-GATEWAY_TOKENS = _own(
-    "kvscope_gateway_tokens_total", C, "tokens", "Tokens by tenant (prompt, completion).",
-    "tenant", "kind",
-)  # fmt: skip
-GATEWAY_QUOTA_REMAINING = _own(
-    "kvscope_gateway_quota_remaining_tokens", G, "tokens",
-    "Tokens left in the tenant's per-minute bucket.", "tenant",
-)  # fmt: skip
-GATEWAY_QUOTA_LIMIT = _own(
-    "kvscope_gateway_quota_limit_tokens", G, "tokens", "Tenant's per-minute token budget.",
+    "kvscope_gateway_requests_total",
+    C,
+    "requests",
+    "Requests admitted by the gateway.",
     "tenant",
-)  # fmt: skip
+    "tier",
+    "priority_class",
+)
+GATEWAY_REJECTIONS = _own(
+    "kvscope_gateway_rejections_total",
+    C,
+    "requests",
+    "Requests refused by the gateway.",
+    "reason",
+    "tenant",
+)
+GATEWAY_TOKENS = _own(
+    "kvscope_gateway_tokens_total",
+    C,
+    "tokens",
+    "Tokens by tenant (prompt, completion).",
+    "tenant",
+    "kind",
+)
+GATEWAY_QUOTA_REMAINING = _own(
+    "kvscope_gateway_quota_remaining_tokens",
+    G,
+    "tokens",
+    "Tokens left in the tenant's per-minute bucket.",
+    "tenant",
+)
+GATEWAY_QUOTA_LIMIT = _own(
+    "kvscope_gateway_quota_limit_tokens",
+    G,
+    "tokens",
+    "Tenant's per-minute token budget.",
+    "tenant",
+)
 GATEWAY_INFLIGHT = _own(
     "kvscope_gateway_inflight_requests", G, "requests", "Requests in flight, by tenant.", "tenant"
 )
@@ -421,17 +550,26 @@ GATEWAY_INFLIGHT = _own(
 # --- kvscope's own: exporter ---------------------------------------------------------------
 
 EXPORTER_COLLECTOR_DURATION = _own(
-    "kvscope_exporter_collector_duration_seconds", G, "seconds",
-    "Time the collector took on the last collection.", "collector",
-)  # fmt: skip
+    "kvscope_exporter_collector_duration_seconds",
+    G,
+    "seconds",
+    "Time the collector took on the last collection.",
+    "collector",
+)
 EXPORTER_COLLECTOR_SUCCESS = _own(
-    "kvscope_exporter_collector_success", G, "bool",
-    "1 when the collector's last collection succeeded.", "collector",
-)  # fmt: skip
+    "kvscope_exporter_collector_success",
+    G,
+    "bool",
+    "1 when the collector's last collection succeeded.",
+    "collector",
+)
 EXPORTER_PARSE_ERRORS = _own(
-    "kvscope_exporter_parse_errors_total", C, "pages",
-    "Scraped pages that could not be parsed.", "target",
-)  # fmt: skip
+    "kvscope_exporter_parse_errors_total",
+    C,
+    "pages",
+    "Scraped pages that could not be parsed.",
+    "target",
+)
 TARGET_UP = _own("kvscope_target_up", G, "bool", "1 when the scraped target answered.", "target")
 TARGET_SCRAPE_SECONDS = _own(
     "kvscope_target_scrape_duration_seconds", G, "seconds", "Time to scrape the target.", "target"
@@ -440,54 +578,105 @@ GPU_BACKEND_INFO = _own(
     "kvscope_gpu_backend_info", I, "info", "The GPU telemetry backend in use.", "backend"
 )
 GPU_XID_ERRORS = _own(
-    "kvscope_gpu_xid_errors_total", C, "errors", "XID errors counted one by one (repeats too).",
-    "gpu", "UUID", "xid",
-)  # fmt: skip
+    "kvscope_gpu_xid_errors_total",
+    C,
+    "errors",
+    "XID errors counted one by one (repeats too).",
+    "gpu",
+    "UUID",
+    "xid",
+)
 GPU_XID_LAST_SECONDS = _own(
-    "kvscope_gpu_xid_last_seconds", G, "seconds", "Unix time of the last XID of this code.",
-    "gpu", "UUID", "xid",
-)  # fmt: skip
+    "kvscope_gpu_xid_last_seconds",
+    G,
+    "seconds",
+    "Unix time of the last XID of this code.",
+    "gpu",
+    "UUID",
+    "xid",
+)
 GPU_XID_INFO = _own(
-    "kvscope_gpu_xid_info", I, "info", "XID catalog: meaning, action and bucket of a code.",
-    "xid", "meaning", "action", "bucket",
-)  # fmt: skip
+    "kvscope_gpu_xid_info",
+    I,
+    "info",
+    "XID catalog: meaning, action and bucket of a code.",
+    "xid",
+    "meaning",
+    "action",
+    "bucket",
+)
 GPU_CLOCK_EVENT_ACTIVE = _own(
-    "kvscope_gpu_clock_event_active", G, "bool", "1 while this clocks-event reason is active.",
-    "gpu", "UUID", "reason",
-)  # fmt: skip
+    "kvscope_gpu_clock_event_active",
+    G,
+    "bool",
+    "1 while this clocks-event reason is active.",
+    "gpu",
+    "UUID",
+    "reason",
+)
 GPU_PCIE_LINK_CAPACITY = _own(
-    "kvscope_gpu_pcie_link_capacity_bytes_per_second", G, "bytes/s",
-    "Capacity of the PCIe link per direction at its current generation and width.", "gpu", "UUID",
-)  # fmt: skip
+    "kvscope_gpu_pcie_link_capacity_bytes_per_second",
+    G,
+    "bytes/s",
+    "Capacity of the PCIe link per direction at its current generation and width.",
+    "gpu",
+    "UUID",
+)
 GPU_PCIE_LINK_MAX_CAPACITY = _own(
-    "kvscope_gpu_pcie_link_max_capacity_bytes_per_second", G, "bytes/s",
-    "Capacity of the PCIe link per direction at its maximum generation and width.", "gpu", "UUID",
-)  # fmt: skip
+    "kvscope_gpu_pcie_link_max_capacity_bytes_per_second",
+    G,
+    "bytes/s",
+    "Capacity of the PCIe link per direction at its maximum generation and width.",
+    "gpu",
+    "UUID",
+)
 GPU_TOPOLOGY_LEVEL = _own(
-    "kvscope_gpu_topology_level", G, "level",
+    "kvscope_gpu_topology_level",
+    G,
+    "level",
     "Common ancestor of a GPU pair: 0 same board, 10 single switch, 20 multiple switches, "
     "30 host bridge, 40 NUMA node, 50 across NUMA (system); NVLink pairs have level label nvlink.",
-    "gpu", "peer_gpu", "level",
-)  # fmt: skip
+    "gpu",
+    "peer_gpu",
+    "level",
+)
 GPU_NUMA_NODE = _own("kvscope_gpu_numa_node", G, "node", "NUMA node of the GPU.", "gpu", "UUID")
 GPU_ENGINE_NUMA_NODES = _own(
-    "kvscope_gpu_engine_numa_nodes", G, "nodes",
+    "kvscope_gpu_engine_numa_nodes",
+    G,
+    "nodes",
     "NUMA nodes spanned by one engine's GPUs (> 1: tensor-parallel traffic crosses sockets).",
-    "pid", "gpus",
-)  # fmt: skip
+    "pid",
+    "gpus",
+)
 GPU_PROCESS_INFO = _own(
-    "kvscope_gpu_process_info", I, "info", "A process using a GPU (join on gpu or pid).",
-    "gpu", "UUID", "pid", "process_name", "engine",
-)  # fmt: skip
+    "kvscope_gpu_process_info",
+    I,
+    "info",
+    "A process using a GPU (join on gpu or pid).",
+    "gpu",
+    "UUID",
+    "pid",
+    "process_name",
+    "engine",
+)
 GPU_PROCESS_MEMORY = _own(
-    "kvscope_gpu_process_memory_bytes", G, "bytes", "GPU memory used by a process.",
-    "gpu", "UUID", "pid",
-)  # fmt: skip
+    "kvscope_gpu_process_memory_bytes",
+    G,
+    "bytes",
+    "GPU memory used by a process.",
+    "gpu",
+    "UUID",
+    "pid",
+)
 GPU_FAULT_ACTIVE = _own(
-    "kvscope_gpu_fault_active", G, "bool",
+    "kvscope_gpu_fault_active",
+    G,
+    "bool",
     "Emulated GPU only: 1 while an injected fault is active.",
-    "gpu", "fault",
-)  # fmt: skip
+    "gpu",
+    "fault",
+)
 HOST_MEMORY_AVAILABLE = _own(
     "kvscope_host_memory_available_bytes", G, "bytes", "Host memory available (KV offload uses it)."
 )

@@ -34,9 +34,46 @@ def _not_built(command: str, issue: int) -> None:
 
 
 @app.command(context_settings=_PASSTHROUGH)
-def serve(ctx: typer.Context) -> None:
-    """Run the gateway + vLLM engine with a tuned profile (default | tuned)."""
-    _not_built("serve", 3)
+def serve(
+    ctx: typer.Context,
+    model: Annotated[
+        str | None, typer.Option(help="Model folder or name (default: the generated demo model).")
+    ] = None,
+    served_model_name: Annotated[str | None, typer.Option(help="Name clients ask for.")] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    profile: Annotated[
+        str,
+        typer.Option(help="default: vLLM's defaults; tuned: the seeds' fixes for this hardware."),
+    ] = "default",
+    config: Annotated[
+        Path | None, typer.Option(help="Gateway YAML: API keys, tiers, limits, quotas, QoS.")
+    ] = None,
+    draft_model: Annotated[
+        str | None, typer.Option(help="Draft model for speculative decoding (GPU only).")
+    ] = None,
+    drain_timeout: Annotated[
+        float, typer.Option(help="Seconds SIGTERM waits for in-flight requests.")
+    ] = 30.0,
+) -> None:
+    """Run the gateway + vLLM engine with a tuned profile (default | tuned).
+
+    Any other --flag is passed to vLLM as an engine flag and overrides the profile.
+    """
+    from serving.server import ServeOptions, run
+
+    options = ServeOptions(
+        model=model,
+        served_model_name=served_model_name,
+        host=host,
+        port=port,
+        profile=profile,
+        config=config,
+        draft_model=draft_model,
+        drain_timeout=drain_timeout,
+        engine_flags=tuple(ctx.args),
+    )
+    raise typer.Exit(run(options))
 
 
 @app.command(context_settings=_PASSTHROUGH)

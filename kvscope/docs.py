@@ -13,16 +13,25 @@ from kvscope import catalog, thresholds
 METRICS_MD = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
 
 _SECTIONS = (
-    (catalog.Source.VLLM, "vLLM engine (read)",
-     "Exposed by vLLM's V1 engine; kvscope reads them. Aliases are the pre-rename names that "
-     "older deployments still expose; the queries accept both."),
-    (catalog.Source.DCGM, "GPU telemetry under dcgm-exporter names (read and written)",
-     "Read from dcgm-exporter, or written by `kvscope export` from DCGM or NVML under the same "
-     "names and labels, so existing dashboards keep working."),
-    (catalog.Source.KVSCOPE, "kvscope's own (written)",
-     "What vLLM and DCGM lack: fine-grained phase times, per-tenant and per-priority latency, "
-     "gateway decisions, XID counts, PCIe capacity, topology, exporter health."),
-)  # fmt: skip
+    (
+        catalog.Source.VLLM,
+        "vLLM engine (read)",
+        "Exposed by vLLM's V1 engine; kvscope reads them. Aliases are the pre-rename names that "
+        "older deployments still expose; the queries accept both.",
+    ),
+    (
+        catalog.Source.DCGM,
+        "GPU telemetry under dcgm-exporter names (read and written)",
+        "Read from dcgm-exporter, or written by `kvscope export` from DCGM or NVML under the same "
+        "names and labels, so existing dashboards keep working.",
+    ),
+    (
+        catalog.Source.KVSCOPE,
+        "kvscope's own (written)",
+        "What vLLM and DCGM lack: fine-grained phase times, per-tenant and per-priority latency, "
+        "gateway decisions, XID counts, PCIe capacity, topology, exporter health.",
+    ),
+)
 
 
 def _cell(text: str) -> str:
@@ -39,8 +48,14 @@ def render() -> str:
         "",
     ]
     for source, title, blurb in _SECTIONS:
-        out += [f"## {title}", "", blurb, "", "| name | type | unit | labels | meaning |",
-                "| --- | --- | --- | --- | --- |"]  # fmt: skip
+        out += [
+            f"## {title}",
+            "",
+            blurb,
+            "",
+            "| name | type | unit | labels | meaning |",
+            "| --- | --- | --- | --- | --- |",
+        ]
         for s in catalog.all_signals():
             if s.source is not source:
                 continue
@@ -52,9 +67,14 @@ def render() -> str:
             labels = ", ".join(s.labels)
             out.append(f"| `{s.name}` | {s.kind} | {_cell(s.unit)} | {labels} | {_cell(meaning)} |")
         out.append("")
-    out += ["## Thresholds", "", "Used by the alert rules, the dashboards' threshold lines and "
-            "the diagnosis alike.", "", "| key | value | unit | for | why |",
-            "| --- | --- | --- | --- | --- |"]  # fmt: skip
+    out += [
+        "## Thresholds",
+        "",
+        "Used by the alert rules, the dashboards' threshold lines and the diagnosis alike.",
+        "",
+        "| key | value | unit | for | why |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for t in thresholds.all_thresholds():
         out.append(
             f"| `{t.key}` | {t.value:g} | {_cell(t.unit)} | {t.for_ or '-'} | {_cell(t.why)} |"

@@ -22,71 +22,107 @@ class Threshold:
 
 
 KV_USAGE_WARNING = Threshold(
-    "kv_usage_warning", 0.85, "ratio",
-    "KV pool nearly full: the next burst of long prompts starts preemptions.", for_="5m",
-)  # fmt: skip
+    "kv_usage_warning",
+    0.85,
+    "ratio",
+    "KV pool nearly full: the next burst of long prompts starts preemptions.",
+    for_="5m",
+)
 KV_USAGE_CRITICAL = Threshold(
-    "kv_usage_critical", 0.90, "ratio",
-    "Seed 000 triage step 1: KV usage above 90 % is where the avalanche began.", for_="2m",
-)  # fmt: skip
+    "kv_usage_critical",
+    0.90,
+    "ratio",
+    "Seed 000 triage step 1: KV usage above 90 % is where the avalanche began.",
+    for_="2m",
+)
 PREEMPTION_RATE = Threshold(
-    "preemption_rate", 0.05, "preemptions/s",
+    "preemption_rate",
+    0.05,
+    "preemptions/s",
     "Sustained preemptions: requests recompute their prefill, TTFT and throughput suffer.",
     for_="5m",
-)  # fmt: skip
+)
 QUEUE_BACKLOG = Threshold(
-    "queue_backlog", 100, "requests",
+    "queue_backlog",
+    100,
+    "requests",
     "Seed 002 VLLMQueueBacklog: more than 100 waiting requests means capacity is short.",
     for_="3m",
-)  # fmt: skip
+)
 QUEUE_TIME_P99 = Threshold(
-    "queue_time_p99", 1.0, "seconds",
-    "Requests wait over a second before the engine schedules them.", for_="5m",
-)  # fmt: skip
-TTFT_P99 = Threshold(
-    "ttft_p99", 3.0, "seconds", "Seed 002 TTFTHigh: p99 time to first token above 3 s.",
+    "queue_time_p99",
+    1.0,
+    "seconds",
+    "Requests wait over a second before the engine schedules them.",
     for_="5m",
-)  # fmt: skip
+)
+TTFT_P99 = Threshold(
+    "ttft_p99",
+    3.0,
+    "seconds",
+    "Seed 002 TTFTHigh: p99 time to first token above 3 s.",
+    for_="5m",
+)
 TTFT_TAIL_RATIO = Threshold(
-    "ttft_tail_ratio", 10.0, "ratio",
+    "ttft_tail_ratio",
+    10.0,
+    "ratio",
     "p99 TTFT this many times the median: a few requests block the rest (head-of-line).",
-)  # fmt: skip
+)
 ITL_P99 = Threshold(
     "itl_p99", 0.2, "seconds", "Inter-token latency p99 above 200 ms: decode is the limit."
 )
 LONG_PROMPT_TOKENS = Threshold(
-    "long_prompt_tokens", 4096, "tokens",
+    "long_prompt_tokens",
+    4096,
+    "tokens",
     "Prompts this long monopolise a prefill step (seed 000: 2 % very long prompts).",
-)  # fmt: skip
+)
 PREFIX_HIT_FLOOR = Threshold(
-    "prefix_hit_floor", 0.75, "ratio",
-    "Seed 004: when the KV-cache hit rate falls below 75 %, look at the cache first.", for_="10m",
-)  # fmt: skip
+    "prefix_hit_floor",
+    0.75,
+    "ratio",
+    "Seed 004: when the KV-cache hit rate falls below 75 %, look at the cache first.",
+    for_="10m",
+)
 PREFIX_HIT_DROP = Threshold(
-    "prefix_hit_drop", 0.5, "ratio",
+    "prefix_hit_drop",
+    0.5,
+    "ratio",
     "Hit rate fell to less than half of what it was before: shared prefixes stopped sharing.",
-)  # fmt: skip
+)
 ERROR_RATIO = Threshold(
-    "error_ratio", 0.05, "ratio", "More than 5 % of requests finish with an error or abort.",
+    "error_ratio",
+    0.05,
+    "ratio",
+    "More than 5 % of requests finish with an error or abort.",
     for_="5m",
-)  # fmt: skip
+)
 GPU_UTIL_FLOOR = Threshold(
-    "gpu_util_floor", 20, "percent",
-    "Seed 002 GPUUtilLow: below 20 % for 10 minutes the GPU is paid for and idle.", for_="10m",
-)  # fmt: skip
+    "gpu_util_floor",
+    20,
+    "percent",
+    "Seed 002 GPUUtilLow: below 20 % for 10 minutes the GPU is paid for and idle.",
+    for_="10m",
+)
 GPU_UTIL_BUSY = Threshold(
     "gpu_util_busy", 80, "percent", "GPU busy: saturation, not idleness, limits throughput."
 )
 GPU_MEMORY_FULL = Threshold(
-    "gpu_memory_full", 0.95, "ratio",
-    "Seed 002 GPUMemoryFull: framebuffer above 95 %, one allocation from CUDA OOM.", for_="2m",
-)  # fmt: skip
+    "gpu_memory_full",
+    0.95,
+    "ratio",
+    "Seed 002 GPUMemoryFull: framebuffer above 95 %, one allocation from CUDA OOM.",
+    for_="2m",
+)
 GPU_MEMORY_OVER_BUDGET = Threshold(
-    "gpu_memory_over_budget", 0.03, "ratio",
+    "gpu_memory_over_budget",
+    0.03,
+    "ratio",
     "Memory used above the engine's gpu_memory_utilization by more than this share of the "
     "card: a leak or a co-located process (vLLM reserves its share up front, so 90 % is normal).",
     for_="5m",
-)  # fmt: skip
+)
 GPU_TEMP_HIGH = Threshold(
     "gpu_temp_high", 85, "C", "GPU core temperature where H100/H200 start to slow their clocks."
 )
@@ -94,21 +130,28 @@ POWER_AT_LIMIT = Threshold(
     "power_at_limit", 0.97, "ratio", "Power draw at the enforced limit: clocks are being capped."
 )
 CLOCK_BELOW_BASE = Threshold(
-    "clock_below_base", 0.9, "ratio",
-    "SM clock under 90 % of the base (application) clock while busy: throttled.", for_="5m",
-)  # fmt: skip
+    "clock_below_base",
+    0.9,
+    "ratio",
+    "SM clock under 90 % of the base (application) clock while busy: throttled.",
+    for_="5m",
+)
 PCIE_SATURATION = Threshold(
-    "pcie_saturation", 0.8, "ratio",
+    "pcie_saturation",
+    0.8,
+    "ratio",
     "PCIe traffic above 80 % of the link's capacity (seed 002: host-device copies stalled).",
     for_="5m",
-)  # fmt: skip
+)
 PCIE_REPLAY_RATE = Threshold(
     "pcie_replay_rate", 1.0, "replays/s", "PCIe replays: the link is retrying, often degraded."
 )
 GATEWAY_OVERHEAD_SHARE = Threshold(
-    "gateway_overhead_share", 0.2, "ratio",
+    "gateway_overhead_share",
+    0.2,
+    "ratio",
     "Seed 004: over 20 % of latency spent before the engine (protocol, auth, tokenisation).",
-)  # fmt: skip
+)
 TARGET_DOWN_FOR = Threshold(
     "target_down", 0.5, "bool", "A scrape target or exporter has not answered.", for_="2m"
 )

@@ -20,13 +20,16 @@ pytestmark = pytest.mark.integration
 # vLLM series that exist only with a feature the demo engine does not enable.
 CONDITIONAL = {
     # speculative decoding
-    catalog.VLLM_SPEC_DECODE_DRAFTS, catalog.VLLM_SPEC_DECODE_DRAFT_TOKENS,
-    catalog.VLLM_SPEC_DECODE_ACCEPTED_TOKENS, catalog.VLLM_SPEC_DECODE_ACCEPTED_PER_POS,
+    catalog.VLLM_SPEC_DECODE_DRAFTS,
+    catalog.VLLM_SPEC_DECODE_DRAFT_TOKENS,
+    catalog.VLLM_SPEC_DECODE_ACCEPTED_TOKENS,
+    catalog.VLLM_SPEC_DECODE_ACCEPTED_PER_POS,
     # a KV connector
-    catalog.VLLM_EXTERNAL_PREFIX_CACHE_QUERIES, catalog.VLLM_EXTERNAL_PREFIX_CACHE_HITS,
+    catalog.VLLM_EXTERNAL_PREFIX_CACHE_QUERIES,
+    catalog.VLLM_EXTERNAL_PREFIX_CACHE_HITS,
     # admission control
     catalog.VLLM_ADMISSION_REJECTIONS,
-}  # fmt: skip
+}
 
 
 @pytest.fixture

@@ -75,5 +75,5 @@ def test_dcgm_series_carry_dcgm_exporter_labels_in_order():
 
 def test_prometheus_client_family_names_drop_the_suffix_it_adds():
     assert catalog.GATEWAY_REJECTIONS.family == "kvscope_gateway_rejections"
-    assert catalog.GPU_XID_INFO.family == "kvscope_gpu_xid"
+    assert catalog.GPU_XID_INFO.family == "kvscope_gpu_xid_info"
     assert catalog.REQUEST_PREFILL_SECONDS.family == "kvscope_request_prefill_seconds"

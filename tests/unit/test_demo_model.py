@@ -8,8 +8,15 @@ from tokenizers import Tokenizer
 
 from serving.demo_model import DemoModelSpec, ensure_demo_model, synthetic_text
 
-SMALL = DemoModelSpec(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
-                      num_kv_heads=2, vocab_size=1024, max_position_embeddings=2048)  # fmt: skip
+SMALL = DemoModelSpec(
+    hidden_size=64,
+    intermediate_size=128,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    vocab_size=1024,
+    max_position_embeddings=2048,
+)
 
 
 def _read_safetensors_header(path):

@@ -1,0 +1,143 @@
+"""The gateway's YAML configuration: tenants and their API keys, tiers and their limits, QoS.
+
+Without a file the gateway behaves like vLLM's own server: no API key, one anonymous tenant,
+no quotas; requests longer than max_model_len are still refused before the engine.
+
+    tiers:
+      standard: {max_request_tokens: 16384, max_tokens: 2048, tokens_per_minute: 50000,
+                 deadline_seconds: 60}
+    tenants:
+      acme: {tier: standard, api_keys: ["sk-acme-1"]}
+    qos:
+      classes:
+        - {name: interactive, max_prompt_tokens: 512, delay_ms: 0}
+        - {name: bulk, delay_ms: 10000}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+ANONYMOUS = "anonymous"
+
+
+class ConfigError(ValueError):
+    """The gateway configuration file is missing, unreadable or invalid (one-line message)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Tier(_Strict):
+    """Limits shared by the tenants of a tier. None = no limit."""
+
+    max_request_tokens: int | None = Field(None, ge=1, description="prompt + max_tokens x n cap")
+    max_tokens: int | None = Field(None, ge=1, description="clamp for max_tokens (seed 002)")
+    tokens_per_minute: int | None = Field(None, ge=1, description="token bucket per tenant")
+    deadline_seconds: float | None = Field(None, gt=0, description="abort in the engine after")
+    priority_delay_ms: int = Field(0, ge=0, description="QoS: added to the virtual deadline")
+
+
+class Tenant(_Strict):
+    tier: str
+    api_keys: tuple[str, ...] = ()
+    api_key_sha256: tuple[str, ...] = ()  # hex digests, to keep plain keys out of the file
+
+
+class QosClass(_Strict):
+    """Requests up to `max_prompt_tokens` belong to this class (None: everything longer)."""
+
+    name: str
+    max_prompt_tokens: int | None = Field(None, ge=1)
+    delay_ms: int = Field(ge=0)
+
+
+_DEFAULT_CLASSES = (
+    QosClass(name="interactive", max_prompt_tokens=512, delay_ms=0),
+    QosClass(name="standard", max_prompt_tokens=4096, delay_ms=2000),
+    QosClass(name="bulk", max_prompt_tokens=None, delay_ms=10000),
+)
+
+
+class Qos(_Strict):
+    """Priority by prompt length and tier, with ageing: see serving/qos.py."""
+
+    classes: tuple[QosClass, ...] = _DEFAULT_CLASSES
+    client_priority_step_ms: int = Field(1000, ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Qos:
+        bounds = [c.max_prompt_tokens for c in self.classes]
+        if not bounds or bounds[-1] is not None:
+            raise ValueError("the last QoS class must have no max_prompt_tokens (catch-all)")
+        if any(b is None for b in bounds[:-1]) or bounds[:-1] != sorted(bounds[:-1]):  # type: ignore[type-var]
+            raise ValueError("QoS classes must be ordered by max_prompt_tokens")
+        return self
+
+
+class GatewayConfig(_Strict):
+    tiers: dict[str, Tier] = Field(default_factory=lambda: {"default": Tier()})
+    tenants: dict[str, Tenant] = Field(default_factory=dict)
+    anonymous_tier: str | None = Field(
+        None, description="tier for requests without a key when keys are configured (None: 401)"
+    )
+    qos: Qos = Qos()
+    max_body_bytes: int = Field(16 << 20, ge=1024)
+    prefix_hit_window_seconds: float = Field(60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _tiers_exist(self) -> GatewayConfig:
+        for name, tenant in self.tenants.items():
+            if tenant.tier not in self.tiers:
+                raise ValueError(f"tenant {name!r} names unknown tier {tenant.tier!r}")
+        if self.anonymous_tier is not None and self.anonymous_tier not in self.tiers:
+            raise ValueError(f"anonymous_tier names unknown tier {self.anonymous_tier!r}")
+        return self
+
+    @property
+    def auth_required(self) -> bool:
+        return any(t.api_keys or t.api_key_sha256 for t in self.tenants.values())
+
+    def authenticate(self, api_key: str | None) -> tuple[str, str] | None:
+        """(tenant, tier) for an API key; the anonymous tenant when no keys are configured."""
+        if not self.auth_required:
+            return ANONYMOUS, next(iter(self.tiers))
+        if api_key:
+            digest = hashlib.sha256(api_key.encode()).hexdigest()
+            for name, tenant in self.tenants.items():
+                if any(hmac.compare_digest(api_key, k) for k in tenant.api_keys) or any(
+                    hmac.compare_digest(digest, d.lower()) for d in tenant.api_key_sha256
+                ):
+                    return name, tenant.tier
+            return None
+        if self.anonymous_tier is not None:
+            return ANONYMOUS, self.anonymous_tier
+        return None
+
+
+def load_gateway_config(path: Path | None) -> GatewayConfig:
+    """Read and validate the YAML file; ConfigError with a one-line reason when it is bad."""
+    if path is None:
+        return GatewayConfig()
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read gateway config {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(
+            f"gateway config {path} is not valid YAML: {exc}".replace("\n", " ")
+        ) from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"gateway config {path} must be a mapping at the top level")
+    try:
+        return GatewayConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise ConfigError(f"gateway config {path}: {where}: {first['msg']}") from exc

@@ -1,0 +1,34 @@
+"""The serving layer's own metrics (names from the catalog), in one registry object."""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from kvscope import catalog
+from kvscope.metrics import counter, gauge, histogram
+
+
+class ServingMetrics:
+    """Instruments written by the gateway and the stat logger.
+
+    Single API-server process: vLLM's PROMETHEUS_MULTIPROC_DIR mode is not used by
+    `kvscope serve`, so plain in-process metrics are exact.
+    """
+
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        self.registry = registry
+        self.prefill = histogram(catalog.REQUEST_PREFILL_SECONDS, registry)
+        self.decode = histogram(catalog.REQUEST_DECODE_SECONDS, registry)
+        self.queue = histogram(catalog.REQUEST_QUEUE_SECONDS, registry)
+        self.ttft = histogram(catalog.REQUEST_TTFT_SECONDS, registry)
+        self.gateway_seconds = histogram(catalog.REQUEST_GATEWAY_SECONDS, registry)
+        self.prefix_hit_ratio = gauge(catalog.CACHE_PREFIX_HIT_RATIO, registry)
+        self.capacity_tokens = gauge(catalog.CACHE_CAPACITY_TOKENS, registry)
+        self.bytes_per_token = gauge(catalog.CACHE_BYTES_PER_TOKEN, registry)
+        self.config_info = gauge(catalog.ENGINE_CONFIG_INFO, registry)
+        self.requests = counter(catalog.GATEWAY_REQUESTS, registry)
+        self.rejections = counter(catalog.GATEWAY_REJECTIONS, registry)
+        self.tokens = counter(catalog.GATEWAY_TOKENS, registry)
+        self.quota_remaining = gauge(catalog.GATEWAY_QUOTA_REMAINING, registry)
+        self.quota_limit = gauge(catalog.GATEWAY_QUOTA_LIMIT, registry)
+        self.inflight = gauge(catalog.GATEWAY_INFLIGHT, registry)

@@ -1,0 +1,71 @@
+"""Per-tenant token budgets: a token bucket refilled continuously up to one minute's worth."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TokenBucket:
+    """Holds up to `per_minute` tokens, refilled at per_minute/60 per second.
+
+    A request reserves its worst case (prompt + max_tokens x n) up front; what it did not use
+    is refunded when it finishes, so short answers do not burn the budget of long ones.
+    """
+
+    per_minute: int
+    clock: Callable[[], float] = time.monotonic
+    level: float = field(init=False)
+    _stamp: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.level = float(self.per_minute)
+        self._stamp = self.clock()
+
+    def _refill(self) -> None:
+        now = self.clock()
+        self.level = min(self.per_minute, self.level + (now - self._stamp) * self.per_minute / 60)
+        self._stamp = now
+
+    def available(self) -> int:
+        self._refill()
+        return int(self.level)
+
+    def try_take(self, tokens: int) -> bool:
+        """Take `tokens` if the bucket holds them; never goes negative."""
+        self._refill()
+        if tokens > self.level:
+            return False
+        self.level -= tokens
+        return True
+
+    def refund(self, tokens: int) -> None:
+        self._refill()
+        self.level = min(self.per_minute, self.level + max(0, tokens))
+
+    def seconds_until(self, tokens: int) -> float:
+        """How long until `tokens` are available (inf if more than the bucket holds)."""
+        if tokens > self.per_minute:
+            return math.inf
+        self._refill()
+        return max(0.0, (tokens - self.level) * 60 / self.per_minute)
+
+
+class TenantQuotas:
+    """One bucket per tenant, created on first use from the tenant's tier budget."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._buckets: dict[str, TokenBucket] = {}
+        self._clock = clock
+
+    def bucket(self, tenant: str, per_minute: int) -> TokenBucket:
+        bucket = self._buckets.get(tenant)
+        if bucket is None or bucket.per_minute != per_minute:
+            bucket = self._buckets[tenant] = TokenBucket(per_minute, self._clock)
+        return bucket
+
+    def get(self, tenant: str) -> TokenBucket | None:
+        return self._buckets.get(tenant)

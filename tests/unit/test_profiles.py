@@ -1,0 +1,126 @@
+"""Profiles: the tuned settings per hardware, flags override, impossible combinations refused."""
+
+import argparse
+
+import pytest
+
+from kvscope.hardware import Gpu, Hardware
+from serving.profiles import (
+    ProfileError,
+    check_combination,
+    effective_settings,
+    platform_settings,
+    profile_settings,
+)
+
+CPU = Hardware(reason="no driver")
+H100 = Hardware(gpus=(Gpu(0, "NVIDIA H100 80GB HBM3", 80 << 30, (9, 0)),))
+A100 = Hardware(gpus=(Gpu(0, "NVIDIA A100-SXM4-80GB", 80 << 30, (8, 0)),))
+
+
+def tuned(hardware, max_model_len=16384, draft=None):
+    return {s.dest: s.value for s in profile_settings("tuned", hardware, max_model_len, draft)}
+
+
+def test_default_profile_is_vllms_defaults():
+    assert profile_settings("default", H100, 16384, None) == []
+
+
+def test_tuned_on_h100_is_the_seeds_configuration():
+    settings = tuned(H100, draft="small-draft")
+    assert settings["block_size"] == 32
+    assert settings["max_num_batched_tokens"] == 8192
+    assert settings["long_prefill_token_threshold"] == 2048
+    assert settings["gpu_memory_utilization"] == 0.88
+    assert settings["kv_cache_dtype"] == "fp8"
+    assert settings["scheduling_policy"] == "priority"
+    assert settings["enable_prefix_caching"] is True
+    assert "small-draft" in settings["speculative_config"]
+
+
+def test_tuned_on_ampere_has_no_fp8_kv():
+    settings = tuned(A100)
+    assert "kv_cache_dtype" not in settings and settings["max_num_batched_tokens"] == 4096
+
+
+def test_tuned_on_cpu_scales_the_budget_and_skips_gpu_only_knobs():
+    settings = tuned(CPU)
+    assert (
+        settings["max_num_batched_tokens"] == 1024
+        and settings["long_prefill_token_threshold"] == 256
+    )
+    for gpu_only in (
+        "kv_cache_dtype",
+        "gpu_memory_utilization",
+        "kv_offloading_size",
+        "speculative_config",
+    ):
+        assert gpu_only not in settings
+    assert [s.dest for s in platform_settings(CPU)] == ["kv_cache_memory_bytes"]
+    assert platform_settings(H100) == []
+
+
+def test_long_context_takes_64_token_blocks():
+    assert tuned(H100, max_model_len=262144)["block_size"] == 64
+
+
+def test_every_setting_says_why():
+    for setting in profile_settings("tuned", H100, 16384, "d"):
+        assert len(setting.why) > 20
+
+
+def test_draft_model_on_cpu_is_refused():
+    with pytest.raises(ProfileError, match="not supported on the CPU"):
+        profile_settings("tuned", CPU, 16384, "draft")
+
+
+def _args(**kw) -> argparse.Namespace:
+    base = {
+        "kv_cache_dtype": "auto",
+        "speculative_config": None,
+        "kv_offloading_size": None,
+        "block_size": None,
+        "max_num_batched_tokens": None,
+        "long_prefill_token_threshold": 0,
+        "enable_chunked_prefill": None,
+        "max_model_len": None,
+    }
+    return argparse.Namespace(**{**base, **kw})
+
+
+@pytest.mark.parametrize(
+    ("hardware", "args", "message"),
+    [
+        (CPU, _args(kv_cache_dtype="fp8"), "needs a GPU"),
+        (A100, _args(kv_cache_dtype="fp8_e4m3"), "compute capability >= 8.9; this GPU has 8.0"),
+        (CPU, _args(speculative_config='{"model": "d"}'), "CPU backend"),
+        (CPU, _args(kv_offloading_size=8), "needs a GPU"),
+        (CPU, _args(block_size=16), "multiple of 32"),
+        (H100, _args(max_num_batched_tokens=512, long_prefill_token_threshold=1024), "larger than"),
+        (
+            H100,
+            _args(enable_chunked_prefill=False, max_num_batched_tokens=512, max_model_len=4096),
+            "without chunked prefill",
+        ),
+    ],
+)
+def test_impossible_combinations(hardware, args, message):
+    with pytest.raises(ProfileError, match=message):
+        check_combination(args, hardware)
+
+
+def test_fp8_on_hopper_is_fine():
+    check_combination(_args(kv_cache_dtype="fp8", block_size=16), H100)
+
+
+def test_effective_settings_say_where_each_value_came_from():
+    profile = profile_settings("tuned", CPU, 16384, None)
+    args = argparse.Namespace(block_size=64, max_num_batched_tokens=1024, max_num_seqs=None)
+    rows = {
+        r.dest: r
+        for r in effective_settings(args, profile, platform_settings(CPU), ["--block-size", "64"])
+    }
+    assert rows["block_size"].source == "flag" and rows["block_size"].value == 64
+    assert rows["max_num_batched_tokens"].source == "profile"
+    assert rows["kv_cache_memory_bytes"].source == "platform"
+    assert rows["max_num_seqs"].source == "vLLM default"

@@ -1,0 +1,40 @@
+"""QoS priorities: short prompts and higher tiers first, ageing bounds every wait."""
+
+from serving import qos
+from serving.gateway_config import Qos
+
+QOS = Qos()  # interactive <=512 (0 ms), standard <=4096 (2 s), bulk (10 s)
+
+
+def test_prompt_length_picks_the_class():
+    assert qos.classify(QOS, 100).name == "interactive"
+    assert qos.classify(QOS, 512).name == "interactive"
+    assert qos.classify(QOS, 513).name == "standard"
+    assert qos.classify(QOS, 100_000).name == "bulk"
+
+
+def test_a_short_request_arriving_later_goes_before_a_long_one():
+    long = qos.assign(QOS, 6000, arrival_ms=0, tier_delay_ms=0)
+    short = qos.assign(QOS, 100, arrival_ms=5000, tier_delay_ms=0)
+    assert short.priority < long.priority  # vLLM serves the lower value first
+
+
+def test_ageing_a_long_request_beats_short_ones_arriving_after_its_delay():
+    long = qos.assign(QOS, 6000, arrival_ms=0, tier_delay_ms=0)
+    short = qos.assign(QOS, 100, arrival_ms=10_001, tier_delay_ms=0)
+    assert long.priority < short.priority
+
+
+def test_a_lower_tier_waits_its_tier_delay():
+    gold = qos.assign(QOS, 100, arrival_ms=1000, tier_delay_ms=0)
+    free = qos.assign(QOS, 100, arrival_ms=0, tier_delay_ms=5000)
+    assert gold.priority < free.priority
+
+
+def test_the_client_priority_shifts_by_steps_and_never_below_arrival():
+    base = qos.assign(QOS, 100, arrival_ms=1000, tier_delay_ms=0)
+    later = qos.assign(QOS, 100, arrival_ms=1000, tier_delay_ms=0, client_priority=2)
+    assert later.priority - base.priority == 2 * QOS.client_priority_step_ms
+    assert (
+        qos.assign(QOS, 100, arrival_ms=1000, tier_delay_ms=0, client_priority=-50).priority == 1000
+    )
