@@ -76,10 +76,141 @@ def serve(
     raise typer.Exit(run(options))
 
 
-@app.command(context_settings=_PASSTHROUGH)
-def export(ctx: typer.Context) -> None:
+export_app = typer.Typer(
+    help="Run the node exporter: vLLM metrics + GPU telemetry (DCGM, NVML) on one /metrics.",
+    invoke_without_command=True,
+)
+app.add_typer(export_app, name="export")
+
+
+@export_app.callback()
+def export(
+    ctx: typer.Context,
+    listen_address: Annotated[
+        str | None,
+        typer.Option("--web.listen-address", help="host:port to serve on [127.0.0.1:9400]."),
+    ] = None,
+    gpu: Annotated[
+        str | None,
+        typer.Option(
+            help="GPU backend: auto (DCGM, else NVML, else none) | dcgm | nvml | emulated | none."
+        ),
+    ] = None,
+    vllm: Annotated[
+        list[str] | None,
+        typer.Option("--vllm", help="vLLM or kvscope serve /metrics URL (repeat for more)."),
+    ] = None,
+    dcgm_exporter: Annotated[
+        str | None, typer.Option(help="Ingest a running dcgm-exporter at this URL.")
+    ] = None,
+    dcgm_bindings: Annotated[
+        str | None, typer.Option(help="Folder of DCGM's Python bindings (pydcgm.py, ...).")
+    ] = None,
+    collect_interval: Annotated[
+        float | None,
+        typer.Option(help="Seconds between background collections; 0 = on each scrape [5]."),
+    ] = None,
+    emulated_gpus: Annotated[int | None, typer.Option(help="How many emulated GPUs [4].")] = None,
+    emulated_model: Annotated[str | None, typer.Option(help="H100 | H200 [H100].")] = None,
+    tls_cert: Annotated[Path | None, typer.Option(help="TLS certificate (PEM).")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="TLS key (PEM).")] = None,
+    bearer_token: Annotated[str | None, typer.Option(help="Require this bearer token.")] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="YAML with the same keys as these flags.")
+    ] = None,
+    once: Annotated[bool, typer.Option("--once", help="Print one scrape and exit.")] = False,
+) -> None:
     """Run the node exporter: vLLM metrics + GPU telemetry (DCGM, NVML) on one /metrics."""
-    _not_built("export", 4)
+    if ctx.invoked_subcommand is not None:
+        return
+    from exporter import config as export_config
+
+    overrides = {
+        "listen_address": listen_address,
+        "gpu": gpu,
+        "vllm": vllm or None,
+        "dcgm_exporter": dcgm_exporter,
+        "dcgm_bindings": dcgm_bindings,
+        "collect_interval": collect_interval,
+        "emulated_gpus": emulated_gpus,
+        "emulated_model": emulated_model,
+        "tls_cert": tls_cert,
+        "tls_key": tls_key,
+        "bearer_token": bearer_token,
+    }
+    try:
+        cfg = export_config.load(config, overrides)
+        assembly = export_config.assemble(cfg)
+    except export_config.ConfigError as exc:
+        typer.echo(f"kvscope export: {exc}", err=True)
+        raise typer.Exit(exitcodes.USAGE) from None
+    except export_config.BackendUnavailable as exc:
+        typer.echo(f"kvscope export: {exc}", err=True)
+        raise typer.Exit(exitcodes.UNAVAILABLE) from None
+    if once:
+        from exporter.registry import Exporter
+
+        exporter = Exporter(assembly.collectors, interval=0)
+        sys.stdout.write(exporter.refresh().decode())
+        exporter.stop()
+        raise typer.Exit(exitcodes.OK)
+    from exporter.server import serve as serve_exporter
+
+    raise typer.Exit(serve_exporter(cfg, assembly))
+
+
+@export_app.command("inject")
+def export_inject(
+    fault: Annotated[
+        str,
+        typer.Argument(
+            help="xid | thermal | power_cap | pcie_degraded | pcie_saturated | memory_leak | "
+            "colocated_process | row_remap_failure | clear | list"
+        ),
+    ],
+    gpu: Annotated[int, typer.Option(help="Which emulated GPU.")] = 0,
+    url: Annotated[str, typer.Option(help="The exporter's address.")] = "http://127.0.0.1:9400",
+    param: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="A fault parameter, e.g. --set xid=79 (repeat)."),
+    ] = None,
+) -> None:
+    """Inject a fault into an emulated GPU (or `clear` / `list` them)."""
+    import json
+
+    import httpx
+
+    endpoint = url.rstrip("/") + "/-/faults"
+    try:
+        if fault == "list":
+            response = httpx.get(endpoint, timeout=10)
+        elif fault == "clear":
+            response = httpx.delete(endpoint, timeout=10)
+        else:
+            body: dict[str, object] = {"gpu": gpu, "fault": fault}
+            for item in param or []:
+                key, sep, value = item.partition("=")
+                if not sep:
+                    typer.echo(
+                        f"kvscope export inject: --set wants key=value, not {item!r}", err=True
+                    )
+                    raise typer.Exit(exitcodes.USAGE)
+                body[key] = (
+                    json.loads(value) if value.replace(".", "", 1).lstrip("-").isdigit() else value
+                )
+            response = httpx.post(endpoint, json=body, timeout=10)
+    except httpx.HTTPError as exc:
+        typer.echo(f"kvscope export inject: cannot reach {endpoint}: {exc}", err=True)
+        raise typer.Exit(exitcodes.UNAVAILABLE) from None
+    if response.status_code == 404:
+        typer.echo(
+            f"kvscope export inject: {url} serves no fault API (run it with --gpu emulated)",
+            err=True,
+        )
+        raise typer.Exit(exitcodes.UNAVAILABLE)
+    typer.echo(response.text)
+    if response.status_code >= 400:
+        raise typer.Exit(exitcodes.USAGE)
 
 
 @app.command(context_settings=_PASSTHROUGH)

@@ -5,3 +5,4 @@ WARNING = 1
 CRITICAL = 2
 UNDIAGNOSABLE = 3  # source unreachable or no usable data
 USAGE = 64  # bad arguments or input (sysexits EX_USAGE); also "not built yet"
+UNAVAILABLE = 69  # a backend or service that was asked for explicitly is not there (EX_UNAVAILABLE)

@@ -24,7 +24,7 @@ from serving.admission import Admission, AdmissionPolicy
 from serving.errors import Rejection, error_body
 from serving.metrics import ServingMetrics
 from serving.request_tags import FinishedPart, RequestTag, RequestTags, new_request_id
-from serving.tokens import CHAT, COMPLETIONS, Tokenizer, prompt_token_counts
+from serving.tokens import CHAT, COMPLETIONS, PromptTokens, Tokenizer, prompt_tokens
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -182,16 +182,20 @@ class Gateway:
                 ) from exc
             body = self.policy.check_shape(parsed)
             path = scope["path"]
+            tokens: PromptTokens
             if len(raw) > _THREAD_TOKENIZE_BYTES:
-                counts = await asyncio.to_thread(prompt_token_counts, path, body, self.tokenizer)
+                tokens = await asyncio.to_thread(prompt_tokens, path, body, self.tokenizer)
             else:
-                counts = prompt_token_counts(path, body, self.tokenizer)
+                tokens = prompt_tokens(path, body, self.tokenizer)
             arrival_ms = int((time.monotonic() - self._epoch) * 1000)
-            admission = self.policy.admit(path, body, tenant, tier, counts, arrival_ms)
+            admission = self.policy.admit(path, body, tenant, tier, tokens.counts, arrival_ms)
         except Rejection as rejection:
             self.metrics.rejections.labels(rejection.reason, tenant).inc()
             return await send_json(send, rejection.status, rejection.body(), rejection.headers)
-        await self._forward(scope, receive, send, tenant, tier, admission, arrived)
+        forwarded = admission.body
+        if tokens.ids is not None:  # vLLM takes the ids and does not tokenise a second time
+            forwarded = {**forwarded, "prompt": tokens.ids}
+        await self._forward(scope, receive, send, tenant, tier, admission, forwarded, arrived)
 
     async def _forward(
         self,
@@ -201,6 +205,7 @@ class Gateway:
         tenant: str,
         tier: str,
         admission: Admission,
+        forwarded_body: dict[str, Any],
         arrived: float,
     ) -> None:
         request_id = new_request_id()
@@ -227,7 +232,7 @@ class Gateway:
         tag.on_finished = lambda part: self._on_part_finished(exchange, part)
         self.tags.add(request_id, tag)
 
-        body = json.dumps(admission.body).encode()
+        body = json.dumps(forwarded_body, separators=(",", ":")).encode()
         headers = [
             (k, v)
             for k, v in scope["headers"]

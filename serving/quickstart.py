@@ -18,8 +18,8 @@ from rich.console import Console
 from rich.table import Table
 
 from kvscope import catalog
+from kvscope.launcher import ServerFailedError, running, vllm_openai_server
 from serving.demo_model import SERVED_NAME, ensure_demo_model, synthetic_text
-from serving.launcher import ServerFailedError, running, vllm_openai_server
 
 # The series worth showing after a few requests: the KV-cache-first view of the engine.
 SHOWN = (

@@ -1,11 +1,14 @@
 """Count a request's prompt tokens with the model's own tokenizer, before the engine sees it.
 
 The gateway needs the numbers to refuse requests over max_model_len or a tenant's limits; a
-shape it cannot read is a 400 here rather than a pass-through that skips the limits.
+shape it cannot read is a 400 here rather than a pass-through that skips the limits. Text
+prompts of /v1/completions are tokenised once: the ids go on to vLLM, which then skips its
+own tokenisation (same tokenizer, same special tokens), so the gateway adds no second pass.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from serving.errors import Rejection
@@ -26,11 +29,17 @@ def _bad(message: str, param: str) -> Rejection:
     return Rejection(400, "invalid_request", message, param=param)
 
 
-def prompt_token_counts(path: str, body: dict[str, Any], tokenizer: Tokenizer) -> list[int]:
-    """Tokens of each prompt of the request (a completions call may carry several)."""
+@dataclass(frozen=True)
+class PromptTokens:
+    counts: list[int]  # tokens of each prompt (a completions call may carry several)
+    ids: Any = None  # completions text prompt(s) as token ids, in the shape vLLM accepts
+
+
+def prompt_tokens(path: str, body: dict[str, Any], tokenizer: Tokenizer) -> PromptTokens:
+    """Tokens of each prompt of the request, and the ids to forward when the gateway made them."""
     if path == COMPLETIONS:
         return _completion_prompts(body.get("prompt"), tokenizer)
-    return [_chat_prompt(body.get("messages"), body, tokenizer)]
+    return PromptTokens([_chat_prompt(body.get("messages"), body, tokenizer)])
 
 
 def _is_token_ids(value: object) -> bool:
@@ -39,16 +48,18 @@ def _is_token_ids(value: object) -> bool:
     )
 
 
-def _completion_prompts(prompt: object, tokenizer: Tokenizer) -> list[int]:
+def _completion_prompts(prompt: object, tokenizer: Tokenizer) -> PromptTokens:
     if isinstance(prompt, str):
-        return [len(tokenizer.encode(prompt))]
+        ids = tokenizer.encode(prompt)
+        return PromptTokens([len(ids)], ids)
     if isinstance(prompt, list) and prompt:
         if _is_token_ids(prompt):
-            return [len(prompt)]
+            return PromptTokens([len(prompt)])
         if all(isinstance(p, str) for p in prompt):
-            return [len(tokenizer.encode(p)) for p in prompt]
+            many = [tokenizer.encode(str(p)) for p in prompt]
+            return PromptTokens([len(ids) for ids in many], many)
         if all(_is_token_ids(p) and p for p in prompt):
-            return [len(p) for p in prompt]
+            return PromptTokens([len(p) for p in prompt if isinstance(p, list)])
     if prompt is None:
         raise _bad("'prompt' is required", "prompt")
     raise _bad(

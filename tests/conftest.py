@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from kvscope.launcher import ServerProcess, running, vllm_openai_server
 from serving.demo_model import SERVED_NAME, ensure_demo_model
-from serving.launcher import ServerProcess, running, vllm_openai_server
 
 
 @pytest.fixture(scope="session")

@@ -13,8 +13,8 @@ import psutil
 import pytest
 
 from kvscope import exitcodes
+from kvscope.launcher import kvscope_server, running
 from serving.demo_model import SERVED_NAME
-from serving.launcher import kvscope_server, running
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,6 @@ from pathlib import Path
 import httpx
 
 from kvscope.hardware import detect
-from serving.profiles import platform_settings
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -32,6 +31,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def platform_engine_args() -> list[str]:
     """Engine flags this machine needs whatever the profile (none on GPU machines)."""
+    from serving.profiles import platform_settings
+
     return [arg for setting in platform_settings(detect()) for arg in setting.argv()]
 
 

@@ -1,0 +1,117 @@
+"""Shared by the benchmarks: servers started like users start them, vLLM's own load generator."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import statistics
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvscope.launcher import ServerProcess, kvscope_server, running, vllm_openai_server
+from serving.demo_model import SERVED_NAME, ensure_demo_model, synthetic_text
+
+WORDS_PER_TOKEN = 0.8  # the demo language: about 1.25 tokens per word
+
+
+@contextlib.contextmanager
+def server(
+    kind: str, workdir: Path, profile: str = "default", extra: Sequence[str] = ()
+) -> Iterator[ServerProcess]:
+    """`vllm` (vLLM's own OpenAI server) or `kvscope` (kvscope serve), ready to take load."""
+    model = ensure_demo_model()
+    if kind == "vllm":
+        proc = vllm_openai_server(
+            model, workdir / "vllm.log", served_name=SERVED_NAME, extra_args=extra
+        )
+        ready = "/health"
+    else:
+        proc = kvscope_server(workdir / f"kvscope-{profile}.log", profile=profile, extra_args=extra)
+        ready = "/ready"
+    with running(proc, ready_path=ready, timeout=300) as ready_server:
+        yield ready_server
+
+
+def vllm_bench(base_url: str, args: Sequence[str]) -> dict[str, Any]:
+    """Run `vllm bench serve` (vllm.benchmarks.serve) against base_url; its result dict."""
+    from vllm.benchmarks.serve import add_cli_args, main
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser()
+    add_cli_args(parser)
+    parsed = parser.parse_args(
+        [
+            "--backend",
+            "vllm",
+            "--base-url",
+            base_url,
+            "--endpoint",
+            "/v1/completions",
+            "--model",
+            SERVED_NAME,
+            "--tokenizer",
+            str(ensure_demo_model()),
+            "--percentile-metrics",
+            "ttft,tpot,itl,e2el",
+            "--metric-percentiles",
+            "50,90,99",
+            "--save-detailed",
+            "--disable-tqdm",
+            "--ignore-eos",
+            "--temperature",
+            "0",
+            *args,
+        ]
+    )
+    return main(parsed)
+
+
+@dataclass(frozen=True)
+class Mix:
+    """The seeds' request mix (seed 000: 90 % short, 8 % medium, 2 % very long prompts)."""
+
+    short_tokens: int = 120
+    medium_tokens: int = 1500
+    long_tokens: int = 6000
+    shares: tuple[float, float, float] = (0.90, 0.08, 0.02)
+    output_tokens: int = 32
+
+    def dataset(self, count: int, seed: int) -> Path:
+        """A JSONL file of `count` fresh prompts (no prefix-cache reuse across runs)."""
+        rng = random.Random(seed)
+        sizes = rng.choices(
+            (self.short_tokens, self.medium_tokens, self.long_tokens), self.shares, k=count
+        )
+        path = Path(tempfile.mkdtemp(prefix="kvscope-mix-")) / "mix.jsonl"
+        with path.open("w") as f:
+            for tokens in sizes:
+                prompt = synthetic_text(rng, int(tokens * WORDS_PER_TOKEN))
+                f.write(json.dumps({"prompt": prompt, "output_tokens": self.output_tokens}) + "\n")
+        return path
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) by linear interpolation, as numpy does."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = (len(ordered) - 1) * q / 100
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def by_prompt_length(result: dict[str, Any], below: int) -> list[float]:
+    """TTFTs (seconds) of the requests whose prompt was shorter than `below` tokens."""
+    return [
+        t for t, n in zip(result["ttfts"], result["input_lens"], strict=True) if n < below and t > 0
+    ]
+
+
+def summary(values: Sequence[float]) -> str:
+    return (
+        f"p50 {statistics.median(values) * 1000:.1f} ms, p99 {percentile(values, 99) * 1000:.1f} ms"
+    )

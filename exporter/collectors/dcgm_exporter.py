@@ -1,0 +1,46 @@
+"""An already-running dcgm-exporter, ingested: its series served as they are, except
+DCGM's "blank" / "not supported" sentinels, which would read as real values."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import httpx
+from prometheus_client.core import Metric
+
+from exporter.collectors.vllm import metrics_url
+from exporter.exposition import Series
+from exporter.scrape import scrape
+from kvscope import catalog
+
+# DCGM_INT64_BLANK (0x7ffffffffffffff0) and its siblings (NOT_FOUND, NOT_SUPPORTED, ...), and
+# DCGM_FP64_BLANK (2^47) and its siblings: sentinels, never readings.
+_INT64_BLANK = 0x7FFFFFFFFFFFFFF0
+_FP64_BLANK = 140737488355328.0
+
+
+def is_sentinel(value: float) -> bool:
+    return value >= _INT64_BLANK - 1 or _FP64_BLANK <= value <= _FP64_BLANK + 4
+
+
+class DcgmExporterCollector:
+    name = "dcgm_exporter"
+
+    def __init__(self, url: str, timeout: float = 5.0) -> None:
+        self.url = metrics_url(url)
+        self.timeout = timeout
+        self._client = httpx.Client()
+        self.parse_errors = 0
+
+    def collect(self) -> Iterable[Metric]:
+        result = scrape(self._client, self.url, self.timeout)
+        self.parse_errors += int(result.parse_error)
+        up, errors = Series(catalog.TARGET_UP), Series(catalog.EXPORTER_PARSE_ERRORS)
+        up.add((self.url,), 1.0 if result.up else 0.0)
+        errors.add((self.url,), self.parse_errors)
+        yield from (up.metric, errors.metric)
+        if not result.up:
+            raise RuntimeError(f"dcgm-exporter at {self.url}: {result.error}")
+        for family in result.families:
+            family.samples = [s for s in family.samples if not is_sentinel(s.value)]
+            yield family

@@ -1,0 +1,68 @@
+"""vLLM (or `kvscope serve`) /metrics pages re-exposed unchanged, plus a `target` label, and
+kvscope_target_up per target. Targets are scraped concurrently with a bounded timeout, so a
+slow or dead target costs only its own series."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+from prometheus_client.core import Metric
+
+from exporter.exposition import Series
+from exporter.scrape import ScrapeResult, relabel, scrape
+from kvscope import catalog, promtext
+
+
+def metrics_url(target: str) -> str:
+    """Accept host:port, a base URL, or a full /metrics URL."""
+    url = target if "://" in target else f"http://{target}"
+    return url if url.rstrip("/").endswith("/metrics") else url.rstrip("/") + "/metrics"
+
+
+class VllmCollector:
+    name = "vllm"
+
+    def __init__(self, targets: Sequence[str], timeout: float = 3.0) -> None:
+        self.targets = [metrics_url(t) for t in targets]
+        self.timeout = timeout
+        self._client = httpx.Client()
+        self._pool = ThreadPoolExecutor(
+            max_workers=max(1, len(self.targets)), thread_name_prefix="scrape"
+        )
+        self._lock = threading.Lock()
+        self.parse_errors: dict[str, int] = dict.fromkeys(self.targets, 0)
+        self.latest: dict[str, list[promtext.Sample]] = {}  # what the emulated GPUs follow
+
+    def collect(self) -> Iterable[Metric]:
+        results: list[ScrapeResult] = list(
+            self._pool.map(lambda url: scrape(self._client, url, self.timeout), self.targets)
+        )
+        up, seconds = Series(catalog.TARGET_UP), Series(catalog.TARGET_SCRAPE_SECONDS)
+        errors = Series(catalog.EXPORTER_PARSE_ERRORS)
+        latest: dict[str, list[promtext.Sample]] = {}
+        for result in results:
+            up.add((result.target,), 1.0 if result.up else 0.0)
+            seconds.add((result.target,), result.seconds)
+            if result.parse_error:
+                with self._lock:
+                    self.parse_errors[result.target] += 1
+            if result.up:
+                latest[result.target] = [
+                    promtext.Sample(s.name, dict(s.labels), s.value)
+                    for f in result.families
+                    for s in f.samples
+                ]
+                for family in result.families:
+                    yield relabel(family, {"target": result.target})
+        with self._lock:
+            for target, count in self.parse_errors.items():
+                errors.add((target,), count)
+        self.latest = latest
+        yield from (up.metric, seconds.metric, errors.metric)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)
+        self._client.close()

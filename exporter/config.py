@@ -1,0 +1,169 @@
+"""`kvscope export` configuration: a YAML file with the same keys as the flags (flags win),
+and the assembly of collectors from it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from exporter.collectors import Collector, GpuSource
+from exporter.collectors.host import HostCollector
+from exporter.collectors.xid import XidCounts, XidWatcher
+
+Backend = Literal["auto", "dcgm", "nvml", "emulated", "none"]
+
+
+class ConfigError(ValueError):
+    """Bad configuration (one line)."""
+
+
+class BackendUnavailable(RuntimeError):  # noqa: N818 - a state of the machine
+    """A GPU backend asked for explicitly is not there (one line, NVML's or DCGM's reason)."""
+
+
+class BasicAuth(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    username: str
+    password: str
+
+
+class ExportConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    listen_address: str = "127.0.0.1:9400"
+    gpu: Backend = "auto"
+    vllm: list[str] = Field(default_factory=list)
+    dcgm_exporter: str | None = None
+    dcgm_bindings: str | None = None
+    dcgm_host: str = "localhost"
+    collect_interval: float = Field(5.0, ge=0)
+    scrape_timeout: float = Field(3.0, gt=0)
+    emulated_gpus: int = Field(4, ge=1, le=64)
+    emulated_model: Literal["H100", "H200"] = "H100"
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    basic_auth: BasicAuth | None = None
+    bearer_token: str | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ExportConfig:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together")
+        if self.basic_auth is not None and self.bearer_token is not None:
+            raise ValueError("choose basic_auth or bearer_token, not both")
+        host, _, port = self.listen_address.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"listen_address must be host:port, not {self.listen_address!r}")
+        return self
+
+    @property
+    def host(self) -> str:
+        return self.listen_address.rpartition(":")[0].strip("[]")
+
+    @property
+    def port(self) -> int:
+        return int(self.listen_address.rpartition(":")[2])
+
+
+def load(path: Path | None, overrides: Mapping[str, object]) -> ExportConfig:
+    """The file's values, then the flags that were given on top."""
+    data: dict[str, object] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path} is not valid YAML: {exc}".replace("\n", " ")) from exc
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path} must be a mapping at the top level")
+        data = {k.replace("-", "_").replace(".", "_"): v for k, v in loaded.items()}
+    data |= {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return ExportConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise ConfigError(f"{where}: {first['msg']}") from exc
+
+
+@dataclass
+class Assembly:
+    collectors: list[Collector]
+    gpu_source: GpuSource | None
+    xid_watcher: XidWatcher | None
+    description: str
+
+
+def assemble(config: ExportConfig) -> Assembly:
+    """Collectors for the configuration, vLLM first (the emulated GPUs follow it)."""
+    from exporter.collectors.dcgm_exporter import DcgmExporterCollector
+    from exporter.collectors.vllm import VllmCollector
+
+    collectors: list[Collector] = []
+    vllm = VllmCollector(config.vllm, timeout=config.scrape_timeout) if config.vllm else None
+    if vllm is not None:
+        collectors.append(vllm)
+    if config.dcgm_exporter:
+        collectors.append(
+            DcgmExporterCollector(config.dcgm_exporter, timeout=config.scrape_timeout)
+        )
+    counts = XidCounts()
+    source, watcher, what = _gpu_source(config, counts, vllm)
+    if source is not None:
+        from exporter.collectors.gpu import GpuCollector
+        from exporter.collectors.process import ProcessCollector
+        from exporter.collectors.topology import TopologyCollector
+        from exporter.collectors.xid import XidCollector
+
+        collectors += [
+            GpuCollector(source),
+            XidCollector(counts, watcher),
+            TopologyCollector(source),
+            ProcessCollector(source),
+        ]
+    collectors.append(HostCollector())
+    return Assembly(collectors, source, watcher, what)
+
+
+def _gpu_source(
+    config: ExportConfig, counts: XidCounts, vllm: object
+) -> tuple[GpuSource | None, XidWatcher | None, str]:
+    choice = config.gpu
+    if choice == "emulated":
+        from exporter.collectors.emulated import EmulatedSource
+
+        samples = (lambda: vllm.latest) if vllm is not None else dict  # type: ignore[attr-defined]
+        source = EmulatedSource(config.emulated_gpus, config.emulated_model, samples, counts)
+        return source, None, f"{config.emulated_gpus} emulated {config.emulated_model} GPUs"
+    if choice == "none":
+        return None, None, "no GPU backend"
+    if choice in ("auto", "dcgm"):
+        from exporter.collectors.dcgm import DcgmSource, DcgmUnavailable
+
+        try:
+            dcgm = DcgmSource(bindings_path=config.dcgm_bindings, host=config.dcgm_host)
+            return dcgm, None, f"DCGM ({len(dcgm.identities)} GPUs)"
+        except DcgmUnavailable as exc:
+            if choice == "dcgm":
+                raise BackendUnavailable(f"--gpu dcgm: {exc}") from exc
+    from exporter.nvml_api import Nvml, NvmlUnavailable
+
+    try:
+        nvml = Nvml()
+        nvml.init()
+    except (NvmlUnavailable, ImportError) as exc:
+        if choice == "nvml":
+            raise BackendUnavailable(f"--gpu nvml: {exc}") from exc
+        return None, None, f"no GPU backend ({exc})"
+    from exporter.collectors.nvml import NvmlSource
+
+    nvml_source = NvmlSource(nvml, counts)
+    watcher = XidWatcher(nvml, counts, [i.uuid for i in nvml_source.identities])
+    watcher.start()
+    return nvml_source, watcher, f"NVML ({nvml.count} GPUs, driver {nvml.driver_version})"

@@ -1,0 +1,90 @@
+"""GPU readings as metric families: dcgm-exporter's names and labels whatever the backend
+(NVML, DCGM, emulated), plus kvscope's extras where DCGM has no name (decoded clock-event
+reasons, PCIe link capacity, NUMA node)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from prometheus_client.core import Metric
+
+from exporter.exposition import Series
+from exporter.nvml_api import CLOCK_EVENT_REASONS, GpuIdentity, GpuReading, pcie_capacity
+from kvscope import catalog
+from kvscope.catalog import Signal
+from kvscope.xid_catalog import describe
+
+# GpuReading attribute -> the dcgm-exporter series it is served as.
+READING_SERIES: tuple[tuple[str, Signal], ...] = (
+    ("gpu_util", catalog.DCGM_GPU_UTIL),
+    ("mem_copy_util", catalog.DCGM_MEM_COPY_UTIL),
+    ("enc_util", catalog.DCGM_ENC_UTIL),
+    ("dec_util", catalog.DCGM_DEC_UTIL),
+    ("fb_used_mib", catalog.DCGM_FB_USED),
+    ("fb_free_mib", catalog.DCGM_FB_FREE),
+    ("fb_reserved_mib", catalog.DCGM_FB_RESERVED),
+    ("gpu_temp", catalog.DCGM_GPU_TEMP),
+    ("memory_temp", catalog.DCGM_MEMORY_TEMP),
+    ("slowdown_temp", catalog.DCGM_SLOWDOWN_TEMP),
+    ("power_w", catalog.DCGM_POWER_USAGE),
+    ("power_limit_w", catalog.DCGM_POWER_LIMIT),
+    ("energy_mj", catalog.DCGM_TOTAL_ENERGY),
+    ("sm_clock", catalog.DCGM_SM_CLOCK),
+    ("mem_clock", catalog.DCGM_MEM_CLOCK),
+    ("app_sm_clock", catalog.DCGM_APP_SM_CLOCK),
+    ("max_sm_clock", catalog.DCGM_MAX_SM_CLOCK),
+    ("clock_event_reasons", catalog.DCGM_CLOCK_EVENT_REASONS),
+    ("pcie_tx_bytes", catalog.DCGM_PCIE_TX_BYTES),
+    ("pcie_rx_bytes", catalog.DCGM_PCIE_RX_BYTES),
+    ("pcie_gen", catalog.DCGM_PCIE_LINK_GEN),
+    ("pcie_width", catalog.DCGM_PCIE_LINK_WIDTH),
+    ("pcie_max_gen", catalog.DCGM_PCIE_MAX_LINK_GEN),
+    ("pcie_max_width", catalog.DCGM_PCIE_MAX_LINK_WIDTH),
+    ("pcie_replays", catalog.DCGM_PCIE_REPLAY),
+    ("ecc_sbe", catalog.DCGM_ECC_SBE_TOTAL),
+    ("ecc_dbe", catalog.DCGM_ECC_DBE_TOTAL),
+    ("remapped_correctable", catalog.DCGM_CORRECTABLE_REMAPPED_ROWS),
+    ("remapped_uncorrectable", catalog.DCGM_UNCORRECTABLE_REMAPPED_ROWS),
+    ("remap_failure", catalog.DCGM_ROW_REMAP_FAILURE),
+)
+
+_GPU = ("gpu", "UUID")
+
+
+def gpu_families(
+    gpus: Sequence[tuple[GpuIdentity, GpuReading]], extra: Mapping[str, str] | None = None
+) -> Iterable[Metric]:
+    """Families for every GPU that answered; a lost GPU yields nothing (it fell off the bus)."""
+    extra = dict(extra or {})
+    extra_names, extra_values = tuple(extra), tuple(extra.values())
+    dcgm_labels = (*catalog.DCGM_GPU_UTIL.labels, *extra_names)
+    series = {attr: Series(signal, dcgm_labels) for attr, signal in READING_SERIES}
+    reasons = Series(catalog.GPU_CLOCK_EVENT_ACTIVE, (*_GPU, "reason", *extra_names))
+    capacity = Series(catalog.GPU_PCIE_LINK_CAPACITY, (*_GPU, *extra_names))
+    max_capacity = Series(catalog.GPU_PCIE_LINK_MAX_CAPACITY, (*_GPU, *extra_names))
+    numa = Series(catalog.GPU_NUMA_NODE, (*_GPU, *extra_names))
+    xid = Series(catalog.DCGM_XID_ERRORS, (*catalog.DCGM_XID_ERRORS.labels, *extra_names))
+    for identity, reading in gpus:
+        if reading.lost:
+            continue
+        labels = (*identity.dcgm_labels(), *extra_values)
+        short = (str(identity.index), identity.uuid)
+        for attr, s in series.items():
+            s.add(labels, getattr(reading, attr))
+        if reading.clock_event_reasons is not None:
+            for bit, name in CLOCK_EVENT_REASONS.items():
+                reasons.add(
+                    (*short, name, *extra_values), 1.0 if reading.clock_event_reasons & bit else 0.0
+                )
+        capacity.add((*short, *extra_values), pcie_capacity(reading.pcie_gen, reading.pcie_width))
+        max_capacity.add(
+            (*short, *extra_values), pcie_capacity(reading.pcie_max_gen, reading.pcie_max_width)
+        )
+        numa.add((*short, *extra_values), identity.numa_node)
+        if reading.xid_last is not None:
+            dcgm = identity.dcgm_labels()
+            code = reading.xid_last
+            xid.add((*dcgm, code, describe(code).meaning, *extra_values), code)
+    for s in (*series.values(), reasons, capacity, max_capacity, numa, xid):
+        if s:
+            yield s.metric
