@@ -1,7 +1,7 @@
 """Metric families for the exporter's collectors, and the text format they are served in.
 
 prometheus_client's own writer appends `_total` to every counter's TYPE line, but
-dcgm-exporter serves counters such as DCGM_FI_DEV_PCIE_REPLAY_COUNTER without it, and users'
+dcgm-exporter serves counters such as the PCIe replay counter without it, and users'
 dashboards and rules depend on those exact names. So families are built from catalog
 entries with the sample names the catalog gives, and rendered here, name for name.
 """

@@ -1,5 +1,5 @@
 """vLLM (or `kvscope serve`) /metrics pages re-exposed unchanged, plus a `target` label, and
-kvscope_target_up per target. Targets are scraped concurrently with a bounded timeout, so a
+an up gauge per target. Targets are scraped concurrently with a bounded timeout, so a
 slow or dead target costs only its own series."""
 
 from __future__ import annotations

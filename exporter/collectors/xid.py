@@ -1,8 +1,8 @@
 """XID errors counted one by one from NVML's event stream.
 
-dcgm-exporter's DCGM_FI_DEV_XID_ERRORS holds the last XID number until another arrives, so a
+dcgm-exporter's XID gauge holds the last XID number until another arrives, so a
 repeat is invisible and increase() over it is meaningless. Here every event increments
-kvscope_gpu_xid_errors_total{gpu,xid} and stamps kvscope_gpu_xid_last_seconds, and the XID
+a per-GPU, per-XID counter and stamps a last-seen time (catalog: GPU_XID_*), and the XID
 catalog's meaning and action ride along as an info series. The watcher thread restarts with
 exponential backoff when NVML fails.
 """
