@@ -83,6 +83,8 @@ def load(path: Path | None, overrides: Mapping[str, object]) -> ExportConfig:
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path} must be a mapping at the top level")
         data = {k.replace("-", "_").replace(".", "_"): v for k, v in loaded.items()}
+        if "web_listen_address" in data:  # the flag is --web.listen-address, as in node_exporter
+            data["listen_address"] = data.pop("web_listen_address")
     data |= {k: v for k, v in overrides.items() if v is not None}
     try:
         return ExportConfig.model_validate(data)
@@ -121,9 +123,10 @@ def assemble(config: ExportConfig) -> Assembly:
         from exporter.collectors.topology import TopologyCollector
         from exporter.collectors.xid import XidCollector
 
+        gpus = [(identity.index, identity.uuid) for identity, _ in source.last()]
         collectors += [
             GpuCollector(source),
-            XidCollector(counts, watcher),
+            XidCollector(counts, watcher, gpus),
             TopologyCollector(source),
             ProcessCollector(source),
         ]

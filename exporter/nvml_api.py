@@ -169,8 +169,13 @@ class Nvml:
         return None
 
     # -- readings ------------------------------------------------------------------------
-    def _maybe(self, fn: Callable[..., T], *args: Any) -> T | None:
-        """fn(*args), or None when NVML says the reading is not available here."""
+    def _maybe(self, fn: Callable[..., T] | str | None, *args: Any) -> T | None:
+        """fn(*args), or None when NVML says the reading is not available here. `fn` may be a
+        pynvml function name: one this nvidia-ml-py lacks is not available either."""
+        if isinstance(fn, str):
+            fn = getattr(self.nv, fn, None)
+        if fn is None:
+            return None
         try:
             return fn(*args)
         except self.nv.NVMLError as exc:
@@ -182,6 +187,15 @@ class Nvml:
         return getattr(self.nv, "NVMLError_GpuIsLost", type("_NeverRaised", (Exception,), {}))
 
     def identity(self, index: int) -> GpuIdentity:
+        """Who the GPU is; a GPU already off the bus at start gets an identity of blanks."""
+        try:
+            return self._identity(index)
+        except self._lost_error():
+            return GpuIdentity(
+                index=index, uuid="", pci_bus_id="", model_name="", hostname=socket.gethostname()
+            )
+
+    def _identity(self, index: int) -> GpuIdentity:
         h = self._handles[index]
         pci = self._maybe(self.nv.nvmlDeviceGetPciInfo, h)
         bus_id = _text(getattr(pci, "busId", b"")) if pci is not None else ""
@@ -218,42 +232,44 @@ class Nvml:
 
     def _read_into(self, nv: Any, h: Any, r: GpuReading) -> None:
         m = self._maybe
-        util = m(nv.nvmlDeviceGetUtilizationRates, h)
+        util = m("nvmlDeviceGetUtilizationRates", h)
         if util is not None:
             r.gpu_util, r.mem_copy_util = float(util.gpu), float(util.memory)
-        enc = m(nv.nvmlDeviceGetEncoderUtilization, h)
+        enc = m("nvmlDeviceGetEncoderUtilization", h)
         r.enc_util = float(enc[0]) if enc else None
-        dec = m(nv.nvmlDeviceGetDecoderUtilization, h)
+        dec = m("nvmlDeviceGetDecoderUtilization", h)
         r.dec_util = float(dec[0]) if dec else None
         memory = self._memory(h)
         if memory is not None:
             _total, used, free, reserved = memory
             r.fb_used_mib, r.fb_free_mib = used / _MIB, free / _MIB
             r.fb_reserved_mib = reserved / _MIB if reserved is not None else None
-        r.gpu_temp = _num(m(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU))
+        r.gpu_temp = _num(m("nvmlDeviceGetTemperature", h, nv.NVML_TEMPERATURE_GPU))
         slowdown = getattr(nv, "NVML_TEMPERATURE_THRESHOLD_SLOWDOWN", None)
         if slowdown is not None:
-            r.slowdown_temp = _num(m(nv.nvmlDeviceGetTemperatureThreshold, h, slowdown))
-        power = m(nv.nvmlDeviceGetPowerUsage, h)
+            r.slowdown_temp = _num(m("nvmlDeviceGetTemperatureThreshold", h, slowdown))
+        power = m("nvmlDeviceGetPowerUsage", h)
         r.power_w = power / 1000 if power is not None else None
-        limit = m(nv.nvmlDeviceGetEnforcedPowerLimit, h)
+        limit = m("nvmlDeviceGetEnforcedPowerLimit", h)
         r.power_limit_w = limit / 1000 if limit is not None else None
-        r.energy_mj = _num(m(nv.nvmlDeviceGetTotalEnergyConsumption, h))
-        r.sm_clock = _num(m(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM))
-        r.mem_clock = _num(m(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM))
-        r.app_sm_clock = _num(m(nv.nvmlDeviceGetApplicationsClock, h, nv.NVML_CLOCK_SM))
-        r.max_sm_clock = _num(m(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM))
-        reasons = m(nv.nvmlDeviceGetCurrentClocksEventReasons, h)
+        r.energy_mj = _num(m("nvmlDeviceGetTotalEnergyConsumption", h))
+        r.sm_clock = _num(m("nvmlDeviceGetClockInfo", h, nv.NVML_CLOCK_SM))
+        r.mem_clock = _num(m("nvmlDeviceGetClockInfo", h, nv.NVML_CLOCK_MEM))
+        r.app_sm_clock = _num(m("nvmlDeviceGetApplicationsClock", h, nv.NVML_CLOCK_SM))
+        r.max_sm_clock = _num(m("nvmlDeviceGetMaxClockInfo", h, nv.NVML_CLOCK_SM))
+        reasons = m("nvmlDeviceGetCurrentClocksEventReasons", h)
+        if reasons is None:  # nvidia-ml-py before the rename
+            reasons = m("nvmlDeviceGetCurrentClocksThrottleReasons", h)
         r.clock_event_reasons = int(reasons) if reasons is not None else None
-        tx = m(nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_TX_BYTES)  # KB/s over 20 ms
-        rx = m(nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_RX_BYTES)
+        tx = m("nvmlDeviceGetPcieThroughput", h, nv.NVML_PCIE_UTIL_TX_BYTES)  # KB/s over 20 ms
+        rx = m("nvmlDeviceGetPcieThroughput", h, nv.NVML_PCIE_UTIL_RX_BYTES)
         r.pcie_tx_bytes = tx * 1024.0 if tx is not None else None
         r.pcie_rx_bytes = rx * 1024.0 if rx is not None else None
-        r.pcie_gen = _int(m(nv.nvmlDeviceGetCurrPcieLinkGeneration, h))
-        r.pcie_width = _int(m(nv.nvmlDeviceGetCurrPcieLinkWidth, h))
-        r.pcie_max_gen = _int(m(nv.nvmlDeviceGetMaxPcieLinkGeneration, h))
-        r.pcie_max_width = _int(m(nv.nvmlDeviceGetMaxPcieLinkWidth, h))
-        r.pcie_replays = _num(m(nv.nvmlDeviceGetPcieReplayCounter, h))
+        r.pcie_gen = _int(m("nvmlDeviceGetCurrPcieLinkGeneration", h))
+        r.pcie_width = _int(m("nvmlDeviceGetCurrPcieLinkWidth", h))
+        r.pcie_max_gen = _int(m("nvmlDeviceGetMaxPcieLinkGeneration", h))
+        r.pcie_max_width = _int(m("nvmlDeviceGetMaxPcieLinkWidth", h))
+        r.pcie_replays = _num(m("nvmlDeviceGetPcieReplayCounter", h))
         r.ecc_sbe = _num(
             m(
                 nv.nvmlDeviceGetTotalEccErrors,
@@ -270,7 +286,7 @@ class Nvml:
                 nv.NVML_VOLATILE_ECC,
             )
         )
-        remapped = m(nv.nvmlDeviceGetRemappedRows, h)
+        remapped = m("nvmlDeviceGetRemappedRows", h)
         if remapped is not None:
             correctable, uncorrectable, _pending, failure = remapped
             r.remapped_correctable, r.remapped_uncorrectable = (
@@ -278,7 +294,7 @@ class Nvml:
                 float(uncorrectable),
             )
             r.remap_failure = 1.0 if failure else 0.0
-        processes = m(nv.nvmlDeviceGetComputeRunningProcesses, h) or []
+        processes: list[Any] = m("nvmlDeviceGetComputeRunningProcesses", h) or []
         r.processes = [(int(p.pid), _int(getattr(p, "usedGpuMemory", None))) for p in processes]
 
     def _memory(self, h: Any) -> tuple[float, float, float, float | None] | None:

@@ -1,9 +1,10 @@
 """Runs the collectors, times each one, and keeps the rendered page.
 
 Like node_exporter: every collector gets a duration and a success gauge (catalog:
-EXPORTER_COLLECTOR_DURATION / _SUCCESS); one that raises (or reports itself unhealthy) costs only its own series, and
-what it yielded before failing is kept. Collection happens in the background every
-`interval` seconds with a cached page (like dcgm-exporter), or on each scrape (interval 0).
+EXPORTER_COLLECTOR_DURATION / _SUCCESS); one that raises (or reports itself unhealthy)
+costs only its own series, and what it yielded before failing is kept. Collection happens in
+the background every `interval` seconds with a cached page (like dcgm-exporter), or on each
+scrape (interval 0).
 """
 
 from __future__ import annotations

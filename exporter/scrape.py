@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 import httpx
 from prometheus_client.core import Metric
-from prometheus_client.parser import text_string_to_metric_families
+
+from kvscope.promtext import parse_families
 
 
 @dataclass
@@ -27,10 +28,9 @@ class ScrapeResult:
 
 def parse_page(text: str) -> list[Metric]:
     """Every family of a page, `_created` samples dropped. Raises on a malformed page."""
-    families = []
-    for family in text_string_to_metric_families(text):
+    families = parse_families(text)
+    for family in families:
         family.samples = [s for s in family.samples if not s.name.endswith("_created")]
-        families.append(family)
     return families
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client.core import Metric
@@ -109,10 +109,18 @@ class XidWatcher(threading.Thread):
 
 
 class XidCollector:
+    """Counts start at 0 for every GPU and catalog XID: increase() cannot see a series'
+    first sample rise, so a counter born at 1 would hide the first XID of a code."""
+
     name = "xid"
 
-    def __init__(self, counts: XidCounts, watcher: XidWatcher | None = None) -> None:
-        self.counts, self.watcher = counts, watcher
+    def __init__(
+        self,
+        counts: XidCounts,
+        watcher: XidWatcher | None = None,
+        gpus: Sequence[tuple[int, str]] = (),
+    ) -> None:
+        self.counts, self.watcher, self.gpus = counts, watcher, list(gpus)
 
     @property
     def healthy(self) -> bool:
@@ -121,6 +129,11 @@ class XidCollector:
 
     def collect(self) -> Iterable[Metric]:
         errors, last = Series(catalog.GPU_XID_ERRORS), Series(catalog.GPU_XID_LAST_SECONDS)
+        seen_keys = {key for key, _, _ in self.counts.snapshot()}
+        for index, uuid in self.gpus:
+            for code in CATALOG:
+                if (str(index), uuid, code) not in seen_keys:
+                    errors.add((index, uuid, code), 0.0)
         for (gpu, uuid, xid), count, seen in self.counts.snapshot():
             errors.add((gpu, uuid, xid), count)
             last.add((gpu, uuid, xid), seen)

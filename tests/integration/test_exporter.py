@@ -1,0 +1,178 @@
+"""`kvscope export --gpu emulated` scraping a live `kvscope serve`, scraped by a real Prometheus."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+from openai import OpenAI
+
+from kvscope import catalog, prometheus
+from kvscope.launcher import ServerProcess, free_port, kvscope_server, running, start_process
+from serving.demo_model import SERVED_NAME
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory) -> Iterator[ServerProcess]:
+    """A kvscope serve of this module's own: the last test kills it."""
+    server = kvscope_server(
+        tmp_path_factory.mktemp("target") / "serve.log", extra_args=["--enforce-eager"]
+    )
+    with running(server, ready_path="/ready", timeout=240) as ready:
+        yield ready
+
+
+@pytest.fixture(scope="module")
+def exporter(target, tmp_path_factory) -> Iterator[ServerProcess]:
+    port = free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "kvscope.cli",
+        "export",
+        "--gpu",
+        "emulated",
+        "--emulated-gpus",
+        "4",
+        "--vllm",
+        target.base_url + "/metrics",
+        "--web.listen-address",
+        f"127.0.0.1:{port}",
+        "--collect-interval",
+        "1",
+    ]
+    server = start_process(
+        "kvscope export",
+        argv,
+        f"http://127.0.0.1:{port}",
+        tmp_path_factory.mktemp("export") / "export.log",
+    )
+    with running(server, ready_path="/-/healthy", timeout=60) as ready:
+        yield ready
+
+
+@pytest.fixture(scope="module")
+def prom(exporter, tmp_path_factory) -> Iterator[prometheus.PrometheusApi]:
+    host = exporter.base_url.removeprefix("http://")
+    server = prometheus.start(
+        tmp_path_factory.mktemp("prometheus"), {"kvscope": [host]}, interval="1s"
+    )
+    with running(server, ready_path="/-/ready", timeout=60) as ready:
+        yield prometheus.PrometheusApi(ready.base_url)
+
+
+def eventually(check: Callable[[], object], timeout: float = 30.0) -> object:
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.5)
+    raise AssertionError(f"not within {timeout:.0f}s; last: {last!r}")
+
+
+def test_prometheus_sees_vllm_and_gpu_series_on_one_endpoint(prom, target):
+    eventually(lambda: prom.query(f"{catalog.TARGET_UP.name} == 1"))
+    kv = eventually(lambda: prom.query(catalog.VLLM_KV_CACHE_USAGE.name))
+    assert kv[0][0]["target"] == target.base_url + "/metrics"
+    gpus = eventually(lambda: prom.query(f'{catalog.DCGM_GPU_UTIL.name}{{emulated="true"}}'))
+    assert {labels["gpu"] for labels, _ in gpus} == {"0", "1", "2", "3"}
+    collectors = prom.query(f"{catalog.EXPORTER_COLLECTOR_SUCCESS.name} == 1")
+    assert {labels["collector"] for labels, _ in collectors} >= {
+        "vllm",
+        "emulated",
+        "xid",
+        "topology",
+        "host",
+    }
+
+
+def test_emulated_gpus_get_busy_when_the_engine_does(prom, target):
+    client = OpenAI(base_url=target.base_url + "/v1", api_key="x", timeout=60)
+    deadline = time.monotonic() + 20
+    busy = []
+    while time.monotonic() < deadline and not busy:
+        client.completions.create(
+            model=SERVED_NAME, prompt="zaba " * 400, max_tokens=200, extra_body={"ignore_eos": True}
+        )
+        busy = prom.query(f'max_over_time({catalog.DCGM_GPU_UTIL.name}{{gpu="0"}}[30s]) > 50')
+    assert busy, "GPU utilisation never followed the engine"
+
+
+def test_injected_xid_79_shows_as_an_increase_on_that_gpu_only(prom, exporter):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kvscope.cli",
+            "export",
+            "inject",
+            "xid",
+            "--gpu",
+            "3",
+            "--set",
+            "xid=79",
+            "--url",
+            exporter.base_url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    query = f'increase({catalog.GPU_XID_ERRORS.name}{{xid="79"}}[5m]) > 0'
+    hits = eventually(lambda: prom.query(query))
+    assert {labels["gpu"] for labels, _ in hits} == {"3"}
+    listed = httpx.get(exporter.base_url + "/-/faults", timeout=10).json()["faults"]
+    assert listed == [{"gpu": 3, "fault": "xid", "xid": 79}]
+
+
+def test_a_bad_fault_gets_a_json_400(exporter):
+    response = httpx.post(
+        exporter.base_url + "/-/faults", json={"gpu": 0, "fault": "meltdown"}, timeout=10
+    )
+    assert response.status_code == 400 and "fault" in response.json()["error"]
+
+
+def test_killing_the_vllm_target_flips_target_up_while_gpu_series_keep_flowing(prom, target):
+    target.stop()
+    eventually(lambda: prom.query(f"{catalog.TARGET_UP.name} == 0"))
+    time.sleep(3)
+    fresh = prom.query(f"time() - timestamp({catalog.DCGM_GPU_TEMP.name}) < 5")
+    assert {labels["gpu"] for labels, _ in fresh} >= {"0", "1", "2"}
+    assert not prom.query(
+        f"{catalog.VLLM_KV_CACHE_USAGE.name}"
+    )  # the dead target's series are gone
+
+
+def test_once_prints_a_single_scrape(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "kvscope.cli", "export", "--gpu", "none", "--once"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0
+    assert catalog.HOST_MEMORY_AVAILABLE.name in result.stdout
+
+
+def test_an_explicit_backend_that_is_not_there_is_one_line_and_exit_69():
+    result = subprocess.run(
+        [sys.executable, "-m", "kvscope.cli", "export", "--gpu", "nvml", "--once"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 69
+    assert result.stderr.strip().startswith("kvscope export: --gpu nvml: NVML unavailable")
+    assert len(result.stderr.strip().splitlines()) == 1
