@@ -19,15 +19,11 @@ WORDS_PER_TOKEN = 0.8  # the demo language: about 1.25 tokens per word
 
 
 @contextlib.contextmanager
-def server(
-    kind: str, workdir: Path, profile: str = "default", extra: Sequence[str] = ()
-) -> Iterator[ServerProcess]:
+def server(kind: str, workdir: Path, profile: str = "default", extra: Sequence[str] = ()) -> Iterator[ServerProcess]:
     """`vllm` (vLLM's own OpenAI server) or `kvscope` (kvscope serve), ready to take load."""
     model = ensure_demo_model()
     if kind == "vllm":
-        proc = vllm_openai_server(
-            model, workdir / "vllm.log", served_name=SERVED_NAME, extra_args=extra
-        )
+        proc = vllm_openai_server(model, workdir / "vllm.log", served_name=SERVED_NAME, extra_args=extra)
         ready = "/health"
     else:
         proc = kvscope_server(workdir / f"kvscope-{profile}.log", profile=profile, extra_args=extra)
@@ -83,9 +79,7 @@ class Mix:
     def dataset(self, count: int, seed: int) -> Path:
         """A JSONL file of `count` fresh prompts (no prefix-cache reuse across runs)."""
         rng = random.Random(seed)
-        sizes = rng.choices(
-            (self.short_tokens, self.medium_tokens, self.long_tokens), self.shares, k=count
-        )
+        sizes = rng.choices((self.short_tokens, self.medium_tokens, self.long_tokens), self.shares, k=count)
         path = Path(tempfile.mkdtemp(prefix="kvscope-mix-")) / "mix.jsonl"
         with path.open("w") as f:
             for tokens in sizes:
@@ -106,12 +100,8 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 def by_prompt_length(result: dict[str, Any], below: int) -> list[float]:
     """TTFTs (seconds) of the requests whose prompt was shorter than `below` tokens."""
-    return [
-        t for t, n in zip(result["ttfts"], result["input_lens"], strict=True) if n < below and t > 0
-    ]
+    return [t for t, n in zip(result["ttfts"], result["input_lens"], strict=True) if n < below and t > 0]
 
 
 def summary(values: Sequence[float]) -> str:
-    return (
-        f"p50 {statistics.median(values) * 1000:.1f} ms, p99 {percentile(values, 99) * 1000:.1f} ms"
-    )
+    return f"p50 {statistics.median(values) * 1000:.1f} ms, p99 {percentile(values, 99) * 1000:.1f} ms"

@@ -36,9 +36,7 @@ def capture_vllm_page(workdir: Path) -> str:
     with server("kvscope", workdir, extra=["--enforce-eager"]) as ready:
         client = OpenAI(base_url=ready.base_url + "/v1", api_key="x", timeout=60)
         for i in range(8):
-            client.completions.create(
-                model=SERVED_NAME, prompt=f"zaba kelo {i} " * 50, max_tokens=16
-            )
+            client.completions.create(model=SERVED_NAME, prompt=f"zaba kelo {i} " * 50, max_tokens=16)
         return httpx.get(ready.base_url + "/metrics", timeout=10).text
 
 
@@ -120,9 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             with running(proc, ready_path="/-/healthy", timeout=60):
                 exported = httpx.get(proc.base_url + "/metrics", timeout=10).text
-                results[f"kvscope export, {mode}"] = measure(
-                    proc.base_url + "/metrics", proc.proc.pid, args.scrapes
-                )
+                results[f"kvscope export, {mode}"] = measure(proc.base_url + "/metrics", proc.proc.pid, args.scrapes)
         snapshot = workdir / "exported.prom"
         snapshot.write_text(exported)
         port = free_port()

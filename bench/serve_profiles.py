@@ -49,9 +49,7 @@ def measure(profile: str, dataset: Path, rate: float, requests: int, workdir: Pa
         )
         page = promtext.parse(httpx.get(ready.base_url + "/metrics", timeout=10).text)
     short = by_prompt_length(result, SHORT)
-    medium = [
-        t for t, n in zip(result["ttfts"], result["input_lens"], strict=True) if SHORT <= n < MEDIUM
-    ]
+    medium = [t for t, n in zip(result["ttfts"], result["input_lens"], strict=True) if SHORT <= n < MEDIUM]
     long = [t for t, n in zip(result["ttfts"], result["input_lens"], strict=True) if n >= MEDIUM]
     ms = 1000.0
     return {
@@ -79,9 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     mix = Mix()
     runs = {}
     for profile, seed in (("default", 101), ("tuned", 202)):
-        runs[profile] = measure(
-            profile, mix.dataset(args.requests, seed), args.rate, args.requests, workdir
-        )
+        runs[profile] = measure(profile, mix.dataset(args.requests, seed), args.rate, args.requests, workdir)
     print(json.dumps(runs, indent=2))
     d, t = runs["default"], runs["tuned"]
     print()

@@ -112,9 +112,7 @@ def assemble(config: ExportConfig) -> Assembly:
     if vllm is not None:
         collectors.append(vllm)
     if config.dcgm_exporter:
-        collectors.append(
-            DcgmExporterCollector(config.dcgm_exporter, timeout=config.scrape_timeout)
-        )
+        collectors.append(DcgmExporterCollector(config.dcgm_exporter, timeout=config.scrape_timeout))
     counts = XidCounts()
     source, watcher, what = _gpu_source(config, counts, vllm)
     if source is not None:

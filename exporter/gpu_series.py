@@ -9,9 +9,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from prometheus_client.core import Metric
 
 from exporter.exposition import Series
-from exporter.nvml_api import CLOCK_EVENT_REASONS, GpuIdentity, GpuReading, pcie_capacity
+from exporter.nvml_api import CLOCK_EVENT_REASONS, GpuIdentity, GpuReading
 from kvscope import catalog
 from kvscope.catalog import Signal
+from kvscope.gpu_models import pcie_capacity
 from kvscope.xid_catalog import describe
 
 # GpuReading attribute -> the dcgm-exporter series it is served as.
@@ -73,13 +74,9 @@ def gpu_families(
             s.add(labels, getattr(reading, attr))
         if reading.clock_event_reasons is not None:
             for bit, name in CLOCK_EVENT_REASONS.items():
-                reasons.add(
-                    (*short, name, *extra_values), 1.0 if reading.clock_event_reasons & bit else 0.0
-                )
+                reasons.add((*short, name, *extra_values), 1.0 if reading.clock_event_reasons & bit else 0.0)
         capacity.add((*short, *extra_values), pcie_capacity(reading.pcie_gen, reading.pcie_width))
-        max_capacity.add(
-            (*short, *extra_values), pcie_capacity(reading.pcie_max_gen, reading.pcie_max_width)
-        )
+        max_capacity.add((*short, *extra_values), pcie_capacity(reading.pcie_max_gen, reading.pcie_max_width))
         numa.add((*short, *extra_values), identity.numa_node)
         if reading.xid_last is not None:
             dcgm = identity.dcgm_labels()

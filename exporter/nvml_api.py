@@ -20,9 +20,6 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 _MIB = 1 << 20
 
-# Per-lane bytes per second per direction, after line encoding, by PCIe generation.
-PCIE_LANE_BYTES_PER_SECOND = {1: 250e6, 2: 500e6, 3: 984.6e6, 4: 1969e6, 5: 3938e6, 6: 7563e6}
-
 # nvmlClocksEventReason* bits (nvml.h) and the label kvscope gives each.
 CLOCK_EVENT_REASONS = {
     0x1: "gpu_idle",
@@ -49,13 +46,6 @@ TOPOLOGY_LEVELS = {
 
 class NvmlUnavailable(RuntimeError):  # noqa: N818 - a state of the machine, not our error
     """NVML cannot be used on this machine (no driver library, driver not loaded, ...)."""
-
-
-def pcie_capacity(generation: int | None, width: int | None) -> float | None:
-    """Bytes per second per direction of a link, or None when a part is unknown."""
-    if not generation or not width or generation not in PCIE_LANE_BYTES_PER_SECOND:
-        return None
-    return PCIE_LANE_BYTES_PER_SECOND[generation] * width
 
 
 @dataclass(frozen=True)
@@ -162,9 +152,7 @@ class Nvml:
         """The index of a device handle (event payloads carry handles), by UUID."""
         uuid = self._maybe(self.nv.nvmlDeviceGetUUID, handle)
         for i, h in enumerate(self._handles):
-            if h is handle or (
-                uuid is not None and self._maybe(self.nv.nvmlDeviceGetUUID, h) == uuid
-            ):
+            if h is handle or (uuid is not None and self._maybe(self.nv.nvmlDeviceGetUUID, h) == uuid):
                 return i
         return None
 
@@ -191,9 +179,7 @@ class Nvml:
         try:
             return self._identity(index)
         except self._lost_error():
-            return GpuIdentity(
-                index=index, uuid="", pci_bus_id="", model_name="", hostname=socket.gethostname()
-            )
+            return GpuIdentity(index=index, uuid="", pci_bus_id="", model_name="", hostname=socket.gethostname())
 
     def _identity(self, index: int) -> GpuIdentity:
         h = self._handles[index]
@@ -312,19 +298,13 @@ class Nvml:
 
     # -- topology ------------------------------------------------------------------------
     def common_ancestor(self, a: int, b: int) -> int | None:
-        return _int(
-            self._maybe(
-                self.nv.nvmlDeviceGetTopologyCommonAncestor, self._handles[a], self._handles[b]
-            )
-        )
+        return _int(self._maybe(self.nv.nvmlDeviceGetTopologyCommonAncestor, self._handles[a], self._handles[b]))
 
     def nvlink_connected(self, a: int, b: int) -> bool:
         index = getattr(self.nv, "NVML_P2P_CAPS_INDEX_NVLINK", None)
         if index is None:
             return False
-        status = self._maybe(
-            self.nv.nvmlDeviceGetP2PStatus, self._handles[a], self._handles[b], index
-        )
+        status = self._maybe(self.nv.nvmlDeviceGetP2PStatus, self._handles[a], self._handles[b], index)
         return status == getattr(self.nv, "NVML_P2P_STATUS_OK", 0)
 
     # -- XID events ----------------------------------------------------------------------
@@ -334,9 +314,7 @@ class Nvml:
         registered = []
         for i, h in enumerate(self._handles):
             try:
-                self.nv.nvmlDeviceRegisterEvents(
-                    h, self.nv.nvmlEventTypeXidCriticalError, event_set
-                )
+                self.nv.nvmlDeviceRegisterEvents(h, self.nv.nvmlEventTypeXidCriticalError, event_set)
                 registered.append(i)
             except self.nv.NVMLError_NotSupported:
                 continue

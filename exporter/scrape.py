@@ -34,18 +34,14 @@ def parse_page(text: str) -> list[Metric]:
     return families
 
 
-def scrape(
-    client: httpx.Client, url: str, timeout: float, headers: Mapping[str, str] | None = None
-) -> ScrapeResult:
+def scrape(client: httpx.Client, url: str, timeout: float, headers: Mapping[str, str] | None = None) -> ScrapeResult:
     started = time.perf_counter()
     try:
         response = client.get(url, timeout=timeout, headers=dict(headers or {}))
         response.raise_for_status()
         text = response.text
     except httpx.HTTPError as exc:
-        return ScrapeResult(
-            url, False, time.perf_counter() - started, error=f"{type(exc).__name__}: {exc}"
-        )
+        return ScrapeResult(url, False, time.perf_counter() - started, error=f"{type(exc).__name__}: {exc}")
     try:
         families = parse_page(text)
     except Exception as exc:  # the parser raises ValueError, TypeError, IndexError, ... on junk

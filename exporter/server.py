@@ -47,9 +47,7 @@ def build_app(exporter: Exporter, assembly: Assembly) -> Starlette:
     ]
     source = assembly.gpu_source
     if isinstance(source, EmulatedSource):
-        routes.append(
-            Route("/-/faults", _fault_endpoint(source, exporter), methods=["GET", "POST", "DELETE"])
-        )
+        routes.append(Route("/-/faults", _fault_endpoint(source, exporter), methods=["GET", "POST", "DELETE"]))
     return Starlette(routes=routes)
 
 
@@ -97,9 +95,7 @@ class AuthMiddleware:
             given = next((v.decode() for k, v in scope["headers"] if k == b"authorization"), "")
             if not hmac.compare_digest(given, self.expected):
                 challenge = (
-                    [(b"www-authenticate", b'Basic realm="kvscope"')]
-                    if self.expected.startswith("Basic")
-                    else []
+                    [(b"www-authenticate", b'Basic realm="kvscope"')] if self.expected.startswith("Basic") else []
                 )
                 response = PlainTextResponse(
                     "unauthorized\n",

@@ -80,15 +80,11 @@ def _vllm(
     return Signal(name, kind, unit, help_, Source.VLLM, (*_VLLM, *labels), aliases, legacy)
 
 
-def _dcgm(
-    name: str, kind: Kind, unit: str, help_: str, *labels: str, aliases: tuple[str, ...] = ()
-) -> Signal:
+def _dcgm(name: str, kind: Kind, unit: str, help_: str, *labels: str, aliases: tuple[str, ...] = ()) -> Signal:
     return Signal(name, kind, unit, help_, Source.DCGM, (*_DCGM, *labels), aliases)
 
 
-def _own(
-    name: str, kind: Kind, unit: str, help_: str, *labels: str, buckets: tuple[float, ...] = ()
-) -> Signal:
+def _own(name: str, kind: Kind, unit: str, help_: str, *labels: str, buckets: tuple[float, ...] = ()) -> Signal:
     return Signal(name, kind, unit, help_, Source.KVSCOPE, labels, buckets=buckets)
 
 
@@ -96,12 +92,8 @@ G, C, H, I = Kind.GAUGE, Kind.COUNTER, Kind.HISTOGRAM, Kind.INFO  # noqa: E741
 
 # --- vLLM V1 engine (vllm/v1/metrics/loggers.py), with V0 / pre-rename aliases -------------
 
-VLLM_REQUESTS_RUNNING = _vllm(
-    "vllm:num_requests_running", G, "requests", "Requests in model execution batches."
-)
-VLLM_REQUESTS_WAITING = _vllm(
-    "vllm:num_requests_waiting", G, "requests", "Requests waiting to be scheduled."
-)
+VLLM_REQUESTS_RUNNING = _vllm("vllm:num_requests_running", G, "requests", "Requests in model execution batches.")
+VLLM_REQUESTS_WAITING = _vllm("vllm:num_requests_waiting", G, "requests", "Requests waiting to be scheduled.")
 VLLM_REQUESTS_WAITING_BY_REASON = _vllm(
     "vllm:num_requests_waiting_by_reason",
     G,
@@ -141,9 +133,7 @@ VLLM_NUM_PREEMPTIONS = _vllm(
     "Preemptions: a running request evicted from the KV cache (V1 recomputes it later).",
 )
 VLLM_PROMPT_TOKENS = _vllm("vllm:prompt_tokens_total", C, "tokens", "Prefill tokens processed.")
-VLLM_GENERATION_TOKENS = _vllm(
-    "vllm:generation_tokens_total", C, "tokens", "Generation tokens produced."
-)
+VLLM_GENERATION_TOKENS = _vllm("vllm:generation_tokens_total", C, "tokens", "Generation tokens produced.")
 VLLM_PROMPT_TOKENS_BY_SOURCE = _vllm(
     "vllm:prompt_tokens_by_source_total",
     C,
@@ -151,9 +141,7 @@ VLLM_PROMPT_TOKENS_BY_SOURCE = _vllm(
     "Prompt tokens by source (local_compute, local_cache_hit, external_kv_transfer).",
     "source",
 )
-VLLM_PROMPT_TOKENS_CACHED = _vllm(
-    "vllm:prompt_tokens_cached_total", C, "tokens", "Prompt tokens served from a cache."
-)
+VLLM_PROMPT_TOKENS_CACHED = _vllm("vllm:prompt_tokens_cached_total", C, "tokens", "Prompt tokens served from a cache.")
 VLLM_REQUEST_SUCCESS = _vllm(
     "vllm:request_success_total",
     C,
@@ -194,12 +182,8 @@ VLLM_ADMISSION_REJECTIONS = _vllm(
     "Requests the engine refused to admit.",
     "reason",
 )
-VLLM_SPEC_DECODE_DRAFTS = _vllm(
-    "vllm:spec_decode_num_drafts_total", C, "drafts", "Speculative-decoding drafts."
-)
-VLLM_SPEC_DECODE_DRAFT_TOKENS = _vllm(
-    "vllm:spec_decode_num_draft_tokens_total", C, "tokens", "Draft tokens proposed."
-)
+VLLM_SPEC_DECODE_DRAFTS = _vllm("vllm:spec_decode_num_drafts_total", C, "drafts", "Speculative-decoding drafts.")
+VLLM_SPEC_DECODE_DRAFT_TOKENS = _vllm("vllm:spec_decode_num_draft_tokens_total", C, "tokens", "Draft tokens proposed.")
 VLLM_SPEC_DECODE_ACCEPTED_TOKENS = _vllm(
     "vllm:spec_decode_num_accepted_tokens_total", C, "tokens", "Draft tokens accepted."
 )
@@ -230,30 +214,16 @@ VLLM_TPOT = _vllm(
     "seconds",
     "Per-request mean time per output token.",
 )
-VLLM_E2E_LATENCY = _vllm(
-    "vllm:e2e_request_latency_seconds", H, "seconds", "End-to-end request latency."
-)
-VLLM_QUEUE_TIME = _vllm(
-    "vllm:request_queue_time_seconds", H, "seconds", "Time spent waiting in the queue."
-)
-VLLM_INFERENCE_TIME = _vllm(
-    "vllm:request_inference_time_seconds", H, "seconds", "Time from first schedule to finish."
-)
+VLLM_E2E_LATENCY = _vllm("vllm:e2e_request_latency_seconds", H, "seconds", "End-to-end request latency.")
+VLLM_QUEUE_TIME = _vllm("vllm:request_queue_time_seconds", H, "seconds", "Time spent waiting in the queue.")
+VLLM_INFERENCE_TIME = _vllm("vllm:request_inference_time_seconds", H, "seconds", "Time from first schedule to finish.")
 VLLM_PREFILL_TIME = _vllm(
     "vllm:request_prefill_time_seconds", H, "seconds", "Prefill phase time (lowest bucket 0.3 s)."
 )
-VLLM_DECODE_TIME = _vllm(
-    "vllm:request_decode_time_seconds", H, "seconds", "Decode phase time (lowest bucket 0.3 s)."
-)
-VLLM_REQUEST_PROMPT_TOKENS = _vllm(
-    "vllm:request_prompt_tokens", H, "tokens", "Prompt length per request."
-)
-VLLM_REQUEST_GENERATION_TOKENS = _vllm(
-    "vllm:request_generation_tokens", H, "tokens", "Generated tokens per request."
-)
-VLLM_REQUEST_MAX_TOKENS = _vllm(
-    "vllm:request_params_max_tokens", H, "tokens", "The max_tokens parameter per request."
-)
+VLLM_DECODE_TIME = _vllm("vllm:request_decode_time_seconds", H, "seconds", "Decode phase time (lowest bucket 0.3 s).")
+VLLM_REQUEST_PROMPT_TOKENS = _vllm("vllm:request_prompt_tokens", H, "tokens", "Prompt length per request.")
+VLLM_REQUEST_GENERATION_TOKENS = _vllm("vllm:request_generation_tokens", H, "tokens", "Generated tokens per request.")
+VLLM_REQUEST_MAX_TOKENS = _vllm("vllm:request_params_max_tokens", H, "tokens", "The max_tokens parameter per request.")
 VLLM_REQUEST_PARAMS_N = _vllm("vllm:request_params_n", H, "sequences", "The n parameter.")
 VLLM_REQUEST_MAX_GENERATION_TOKENS = _vllm(
     "vllm:request_max_num_generation_tokens", H, "tokens", "Max generation tokens per request."
@@ -264,12 +234,8 @@ VLLM_REQUEST_PREFILL_KV_COMPUTED = _vllm(
     "tokens",
     "Prefill tokens computed (not served from cache) per request.",
 )
-VLLM_REQUEST_PREEMPTIONS = _vllm(
-    "vllm:request_num_preemptions", H, "preemptions", "Preemptions per finished request."
-)
-VLLM_ITERATION_TOKENS = _vllm(
-    "vllm:iteration_tokens_total", H, "tokens", "Tokens per engine step (a histogram)."
-)
+VLLM_REQUEST_PREEMPTIONS = _vllm("vllm:request_num_preemptions", H, "preemptions", "Preemptions per finished request.")
+VLLM_ITERATION_TOKENS = _vllm("vllm:iteration_tokens_total", H, "tokens", "Tokens per engine step (a histogram).")
 
 # Removed with the V0 engine (V1 preempts by recompute and never swaps). Read only.
 VLLM_REQUESTS_SWAPPED = _vllm(
@@ -335,17 +301,11 @@ DCGM_APP_SM_CLOCK = _dcgm(
 DCGM_MAX_SM_CLOCK = _dcgm("DCGM_FI_DEV_MAX_SM_CLOCK", G, "MHz", "Maximum SM clock.")
 DCGM_MEMORY_TEMP = _dcgm("DCGM_FI_DEV_MEMORY_TEMP", G, "C", "HBM temperature.")
 DCGM_GPU_TEMP = _dcgm("DCGM_FI_DEV_GPU_TEMP", G, "C", "GPU temperature.")
-DCGM_SLOWDOWN_TEMP = _dcgm(
-    "DCGM_FI_DEV_SLOWDOWN_TEMP", G, "C", "Temperature at which the GPU slows its clocks."
-)
+DCGM_SLOWDOWN_TEMP = _dcgm("DCGM_FI_DEV_SLOWDOWN_TEMP", G, "C", "Temperature at which the GPU slows its clocks.")
 DCGM_POWER_USAGE = _dcgm("DCGM_FI_DEV_POWER_USAGE", G, "W", "Power draw.")
 DCGM_POWER_LIMIT = _dcgm("DCGM_FI_DEV_POWER_MGMT_LIMIT", G, "W", "Enforced power limit.")
-DCGM_TOTAL_ENERGY = _dcgm(
-    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", C, "mJ", "Energy since the driver loaded."
-)
-DCGM_PCIE_REPLAY = _dcgm(
-    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", C, "replays", "PCIe retries (link errors)."
-)
+DCGM_TOTAL_ENERGY = _dcgm("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", C, "mJ", "Energy since the driver loaded.")
+DCGM_PCIE_REPLAY = _dcgm("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", C, "replays", "PCIe retries (link errors).")
 DCGM_GPU_UTIL = _dcgm("DCGM_FI_DEV_GPU_UTIL", G, "percent", "GPU utilisation (time busy).")
 DCGM_MEM_COPY_UTIL = _dcgm("DCGM_FI_DEV_MEM_COPY_UTIL", G, "percent", "Memory utilisation.")
 DCGM_ENC_UTIL = _dcgm("DCGM_FI_DEV_ENC_UTIL", G, "percent", "Encoder utilisation.")
@@ -362,9 +322,7 @@ DCGM_XID_ERRORS = _dcgm(
 DCGM_FB_FREE = _dcgm("DCGM_FI_DEV_FB_FREE", G, "MiB", "Framebuffer memory free.")
 DCGM_FB_USED = _dcgm("DCGM_FI_DEV_FB_USED", G, "MiB", "Framebuffer memory used.")
 DCGM_FB_RESERVED = _dcgm("DCGM_FI_DEV_FB_RESERVED", G, "MiB", "Framebuffer memory reserved.")
-DCGM_NVLINK_BANDWIDTH = _dcgm(
-    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", C, "bytes", "NVLink bandwidth counter, all links."
-)
+DCGM_NVLINK_BANDWIDTH = _dcgm("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", C, "bytes", "NVLink bandwidth counter, all links.")
 DCGM_UNCORRECTABLE_REMAPPED_ROWS = _dcgm(
     "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", C, "rows", "Rows remapped for uncorrectable errors."
 )
@@ -374,35 +332,17 @@ DCGM_CORRECTABLE_REMAPPED_ROWS = _dcgm(
 DCGM_ROW_REMAP_FAILURE = _dcgm(
     "DCGM_FI_DEV_ROW_REMAP_FAILURE", G, "bool", "1 when a row remap failed: the GPU needs service."
 )
-DCGM_ECC_SBE_TOTAL = _dcgm(
-    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", C, "errors", "Single-bit ECC errors (volatile)."
-)
-DCGM_ECC_DBE_TOTAL = _dcgm(
-    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", C, "errors", "Double-bit ECC errors (volatile)."
-)
-DCGM_GR_ENGINE_ACTIVE = _dcgm(
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE", G, "ratio", "Graphics/compute engine active, 0..1."
-)
-DCGM_TENSOR_ACTIVE = _dcgm(
-    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", G, "ratio", "Tensor pipes active, 0..1."
-)
-DCGM_DRAM_ACTIVE = _dcgm(
-    "DCGM_FI_PROF_DRAM_ACTIVE", G, "ratio", "HBM interface active, 0..1 (decode is bound here)."
-)
-DCGM_PCIE_TX_BYTES = _dcgm(
-    "DCGM_FI_PROF_PCIE_TX_BYTES", G, "bytes/s", "PCIe bytes sent by the GPU per second."
-)
-DCGM_PCIE_RX_BYTES = _dcgm(
-    "DCGM_FI_PROF_PCIE_RX_BYTES", G, "bytes/s", "PCIe bytes received by the GPU per second."
-)
+DCGM_ECC_SBE_TOTAL = _dcgm("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", C, "errors", "Single-bit ECC errors (volatile).")
+DCGM_ECC_DBE_TOTAL = _dcgm("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", C, "errors", "Double-bit ECC errors (volatile).")
+DCGM_GR_ENGINE_ACTIVE = _dcgm("DCGM_FI_PROF_GR_ENGINE_ACTIVE", G, "ratio", "Graphics/compute engine active, 0..1.")
+DCGM_TENSOR_ACTIVE = _dcgm("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", G, "ratio", "Tensor pipes active, 0..1.")
+DCGM_DRAM_ACTIVE = _dcgm("DCGM_FI_PROF_DRAM_ACTIVE", G, "ratio", "HBM interface active, 0..1 (decode is bound here).")
+DCGM_PCIE_TX_BYTES = _dcgm("DCGM_FI_PROF_PCIE_TX_BYTES", G, "bytes/s", "PCIe bytes sent by the GPU per second.")
+DCGM_PCIE_RX_BYTES = _dcgm("DCGM_FI_PROF_PCIE_RX_BYTES", G, "bytes/s", "PCIe bytes received by the GPU per second.")
 DCGM_PCIE_LINK_GEN = _dcgm("DCGM_FI_DEV_PCIE_LINK_GEN", G, "generation", "Current PCIe gen.")
 DCGM_PCIE_LINK_WIDTH = _dcgm("DCGM_FI_DEV_PCIE_LINK_WIDTH", G, "lanes", "Current PCIe width.")
-DCGM_PCIE_MAX_LINK_GEN = _dcgm(
-    "DCGM_FI_DEV_PCIE_MAX_LINK_GEN", G, "generation", "Maximum PCIe generation of the link."
-)
-DCGM_PCIE_MAX_LINK_WIDTH = _dcgm(
-    "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", G, "lanes", "Maximum PCIe width of the link."
-)
+DCGM_PCIE_MAX_LINK_GEN = _dcgm("DCGM_FI_DEV_PCIE_MAX_LINK_GEN", G, "generation", "Maximum PCIe generation of the link.")
+DCGM_PCIE_MAX_LINK_WIDTH = _dcgm("DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", G, "lanes", "Maximum PCIe width of the link.")
 DCGM_CLOCK_EVENT_REASONS = _dcgm(
     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
     G,
@@ -410,12 +350,8 @@ DCGM_CLOCK_EVENT_REASONS = _dcgm(
     "Why clocks are held down (NVML clocks-event bitmask).",
     aliases=("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",),
 )
-DCGM_POWER_VIOLATION = _dcgm(
-    "DCGM_FI_DEV_POWER_VIOLATION", C, "ns", "Time throttled by the power cap."
-)
-DCGM_THERMAL_VIOLATION = _dcgm(
-    "DCGM_FI_DEV_THERMAL_VIOLATION", C, "ns", "Time throttled by temperature."
-)
+DCGM_POWER_VIOLATION = _dcgm("DCGM_FI_DEV_POWER_VIOLATION", C, "ns", "Time throttled by the power cap.")
+DCGM_THERMAL_VIOLATION = _dcgm("DCGM_FI_DEV_THERMAL_VIOLATION", C, "ns", "Time throttled by temperature.")
 DCGM_EXP_XID_COUNT = _dcgm(
     "DCGM_EXP_XID_ERRORS_COUNT",
     G,
@@ -484,9 +420,7 @@ CACHE_PREFIX_HIT_RATIO = _own(
     "Prefix-cache hit rate over a sliding window (hit tokens / queried tokens).",
     *_REQ,
 )
-CACHE_CAPACITY_TOKENS = _own(
-    "kvscope_cache_capacity_tokens", G, "tokens", "KV-cache pool capacity in tokens.", *_REQ
-)
+CACHE_CAPACITY_TOKENS = _own("kvscope_cache_capacity_tokens", G, "tokens", "KV-cache pool capacity in tokens.", *_REQ)
 CACHE_BYTES_PER_TOKEN = _own(
     "kvscope_cache_bytes_per_token",
     G,
@@ -543,9 +477,7 @@ GATEWAY_QUOTA_LIMIT = _own(
     "Tenant's per-minute token budget.",
     "tenant",
 )
-GATEWAY_INFLIGHT = _own(
-    "kvscope_gateway_inflight_requests", G, "requests", "Requests in flight, by tenant.", "tenant"
-)
+GATEWAY_INFLIGHT = _own("kvscope_gateway_inflight_requests", G, "requests", "Requests in flight, by tenant.", "tenant")
 
 # --- kvscope's own: exporter ---------------------------------------------------------------
 
@@ -574,9 +506,7 @@ TARGET_UP = _own("kvscope_target_up", G, "bool", "1 when the scraped target answ
 TARGET_SCRAPE_SECONDS = _own(
     "kvscope_target_scrape_duration_seconds", G, "seconds", "Time to scrape the target.", "target"
 )
-GPU_BACKEND_INFO = _own(
-    "kvscope_gpu_backend_info", I, "info", "The GPU telemetry backend in use.", "backend"
-)
+GPU_BACKEND_INFO = _own("kvscope_gpu_backend_info", I, "info", "The GPU telemetry backend in use.", "backend")
 GPU_XID_ERRORS = _own(
     "kvscope_gpu_xid_errors_total",
     C,

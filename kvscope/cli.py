@@ -12,8 +12,7 @@ from kvscope import exitcodes
 
 app = typer.Typer(
     name="kvscope",
-    help="Observability for LLM serving on vLLM and NVIDIA GPUs: see the KV cache, page on it, "
-    "name the bottleneck.",
+    help="Observability for LLM serving on vLLM and NVIDIA GPUs: see the KV cache, page on it, name the bottleneck.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -36,9 +35,7 @@ def _not_built(command: str, issue: int) -> None:
 @app.command(context_settings=_PASSTHROUGH)
 def serve(
     ctx: typer.Context,
-    model: Annotated[
-        str | None, typer.Option(help="Model folder or name (default: the generated demo model).")
-    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model folder or name (default: the generated demo model).")] = None,
     served_model_name: Annotated[str | None, typer.Option(help="Name clients ask for.")] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
@@ -46,15 +43,9 @@ def serve(
         str,
         typer.Option(help="default: vLLM's defaults; tuned: the seeds' fixes for this hardware."),
     ] = "default",
-    config: Annotated[
-        Path | None, typer.Option(help="Gateway YAML: API keys, tiers, limits, quotas, QoS.")
-    ] = None,
-    draft_model: Annotated[
-        str | None, typer.Option(help="Draft model for speculative decoding (GPU only).")
-    ] = None,
-    drain_timeout: Annotated[
-        float, typer.Option(help="Seconds SIGTERM waits for in-flight requests.")
-    ] = 30.0,
+    config: Annotated[Path | None, typer.Option(help="Gateway YAML: API keys, tiers, limits, quotas, QoS.")] = None,
+    draft_model: Annotated[str | None, typer.Option(help="Draft model for speculative decoding (GPU only).")] = None,
+    drain_timeout: Annotated[float, typer.Option(help="Seconds SIGTERM waits for in-flight requests.")] = 30.0,
 ) -> None:
     """Run the gateway + vLLM engine with a tuned profile (default | tuned).
 
@@ -92,17 +83,13 @@ def export(
     ] = None,
     gpu: Annotated[
         str | None,
-        typer.Option(
-            help="GPU backend: auto (DCGM, else NVML, else none) | dcgm | nvml | emulated | none."
-        ),
+        typer.Option(help="GPU backend: auto (DCGM, else NVML, else none) | dcgm | nvml | emulated | none."),
     ] = None,
     vllm: Annotated[
         list[str] | None,
         typer.Option("--vllm", help="vLLM or kvscope serve /metrics URL (repeat for more)."),
     ] = None,
-    dcgm_exporter: Annotated[
-        str | None, typer.Option(help="Ingest a running dcgm-exporter at this URL.")
-    ] = None,
+    dcgm_exporter: Annotated[str | None, typer.Option(help="Ingest a running dcgm-exporter at this URL.")] = None,
     dcgm_bindings: Annotated[
         str | None, typer.Option(help="Folder of DCGM's Python bindings (pydcgm.py, ...).")
     ] = None,
@@ -115,9 +102,7 @@ def export(
     tls_cert: Annotated[Path | None, typer.Option(help="TLS certificate (PEM).")] = None,
     tls_key: Annotated[Path | None, typer.Option(help="TLS key (PEM).")] = None,
     bearer_token: Annotated[str | None, typer.Option(help="Require this bearer token.")] = None,
-    config: Annotated[
-        Path | None, typer.Option(help="YAML with the same keys as these flags.")
-    ] = None,
+    config: Annotated[Path | None, typer.Option(help="YAML with the same keys as these flags.")] = None,
     once: Annotated[bool, typer.Option("--once", help="Print one scrape and exit.")] = False,
 ) -> None:
     """Run the node exporter: vLLM metrics + GPU telemetry (DCGM, NVML) on one /metrics."""
@@ -191,13 +176,9 @@ def export_inject(
             for item in param or []:
                 key, sep, value = item.partition("=")
                 if not sep:
-                    typer.echo(
-                        f"kvscope export inject: --set wants key=value, not {item!r}", err=True
-                    )
+                    typer.echo(f"kvscope export inject: --set wants key=value, not {item!r}", err=True)
                     raise typer.Exit(exitcodes.USAGE)
-                body[key] = (
-                    json.loads(value) if value.replace(".", "", 1).lstrip("-").isdigit() else value
-                )
+                body[key] = json.loads(value) if value.replace(".", "", 1).lstrip("-").isdigit() else value
             response = httpx.post(endpoint, json=body, timeout=10)
     except httpx.HTTPError as exc:
         typer.echo(f"kvscope export inject: cannot reach {endpoint}: {exc}", err=True)
@@ -213,16 +194,201 @@ def export_inject(
         raise typer.Exit(exitcodes.USAGE)
 
 
-@app.command(context_settings=_PASSTHROUGH)
-def diagnose(ctx: typer.Context) -> None:
+@app.command()
+def diagnose(
+    prometheus: Annotated[
+        str | None, typer.Option(help="Prometheus (or Thanos / Mimir / VictoriaMetrics) base URL.")
+    ] = None,
+    scrape: Annotated[
+        list[str] | None,
+        typer.Option(help="Live /metrics URL (vLLM, kvscope export, dcgm-exporter); repeat."),
+    ] = None,
+    bundle: Annotated[Path | None, typer.Option(help="Diagnose a saved bundle (offline).")] = None,
+    listen: Annotated[str | None, typer.Option(help="Serve an Alertmanager webhook on host:port instead.")] = None,
+    at: Annotated[str | None, typer.Option(help="RFC 3339 or unix seconds [now].")] = None,
+    window: Annotated[str, typer.Option(help="How far back to look, e.g. 15m, 1h.")] = "30m",
+    selector: Annotated[str, typer.Option(help='Label matchers for every query, e.g. {namespace="prod"}.')] = "",
+    path_prefix: Annotated[str, typer.Option(help="API path prefix (Mimir: /prometheus).")] = "",
+    header: Annotated[
+        list[str] | None,
+        typer.Option(help='Extra HTTP header "Name: value" (e.g. X-Scope-OrgID); repeat.'),
+    ] = None,
+    bearer_token: Annotated[str | None, typer.Option(help="Bearer token for the API.")] = None,
+    interval: Annotated[str, typer.Option(help="--scrape: time between the two samples.")] = "10s",
+    output_format: Annotated[str, typer.Option("--format", help="text | json | markdown")] = "text",
+    save_bundle: Annotated[Path | None, typer.Option(help="Also save the evidence to this file.")] = None,
+    forward: Annotated[str | None, typer.Option(help="--listen: POST each report (JSON) to this URL.")] = None,
+    reports_dir: Annotated[Path | None, typer.Option(help="--listen: keep reports here.")] = None,
+) -> None:
     """Name the bottleneck now, or at a past time, with evidence and the fix."""
-    _not_built("diagnose", 5)
+    from diagnosis.sources import SourceError, parse_duration, parse_time
+
+    chosen = [name for name, v in (("--prometheus", prometheus), ("--scrape", scrape), ("--bundle", bundle)) if v]
+    if len(chosen) != 1:
+        what = "none" if not chosen else " and ".join(chosen)
+        typer.echo(
+            f"kvscope diagnose: give exactly one of --prometheus, --scrape, --bundle (got {what})",
+            err=True,
+        )
+        raise typer.Exit(exitcodes.USAGE)
+    if listen and bundle:
+        typer.echo(
+            "kvscope diagnose: --listen diagnoses live alerts: use it with --prometheus or --scrape",
+            err=True,
+        )
+        raise typer.Exit(exitcodes.USAGE)
+    if output_format not in ("text", "json", "markdown"):
+        typer.echo(
+            f"kvscope diagnose: --format must be text, json or markdown, not {output_format!r}",
+            err=True,
+        )
+        raise typer.Exit(exitcodes.USAGE)
+    try:
+        headers = dict(_header(h) for h in header or [])
+        request_fields = {
+            "at": parse_time(at),
+            "window": parse_duration(window),
+            "interval": parse_duration(interval),
+        }
+    except ValueError as exc:
+        typer.echo(f"kvscope diagnose: {exc}", err=True)
+        raise typer.Exit(exitcodes.USAGE) from None
+    from diagnosis.run import Request, run
+
+    request = Request(
+        prometheus=prometheus,
+        scrape=list(scrape or []),
+        bundle=bundle,
+        selector=selector,
+        path_prefix=path_prefix,
+        headers=headers,
+        bearer_token=bearer_token,
+        save_bundle=save_bundle,
+        **request_fields,
+    )
+    if listen:
+        from diagnosis.webhook import serve_webhook
+
+        raise typer.Exit(serve_webhook(listen, request, forward=forward, reports_dir=reports_dir))
+    try:
+        result = run(request)
+    except SourceError as exc:
+        typer.echo(f"kvscope diagnose: {exc}", err=True)
+        if output_format == "json":
+            from diagnosis.findings import INSUFFICIENT_DATA, Severity
+            from diagnosis.report import to_json
+            from diagnosis.verdict import Diagnosis
+
+            typer.echo(
+                to_json(
+                    Diagnosis(
+                        request.at,
+                        request.window,
+                        prometheus or (bundle and str(bundle)) or "",
+                        INSUFFICIENT_DATA,
+                        Severity.OK,
+                        0.0,
+                        str(exc),
+                    )
+                )
+            )
+        raise typer.Exit(exitcodes.UNDIAGNOSABLE) from None
+    from diagnosis import report
+
+    if output_format == "json":
+        typer.echo(report.to_json(result))
+    elif output_format == "markdown":
+        typer.echo(report.render_markdown(result), nl=False)
+    else:
+        from rich.console import Console
+
+        report.render_text(result, Console())
+    raise typer.Exit(result.exit_code)
 
 
-@app.command(context_settings=_PASSTHROUGH)
-def plan(ctx: typer.Context) -> None:
+def _header(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise ValueError(f'--header wants "Name: value", not {text!r}')
+    return name.strip(), value.strip()
+
+
+@app.command()
+def plan(
+    model: Annotated[str, typer.Option(help="A Hugging Face config.json, or a model folder with one.")],
+    gpus: Annotated[int, typer.Option(help="GPUs per engine (tensor parallel).")],
+    gpu_memory: Annotated[float, typer.Option(help="Memory per GPU in GB (e.g. 80, 141).")],
+    context: Annotated[int, typer.Option(help="Longest request (prompt + output) in tokens.")],
+    kv_dtype: Annotated[str, typer.Option(help="fp16 | bf16 | fp8")] = "fp16",
+    gpu_memory_utilization: Annotated[float, typer.Option(help="vLLM's share of each GPU.")] = 0.9,
+    typical_tokens: Annotated[int | None, typer.Option(help="A typical request's tokens [context / 4].")] = None,
+    output_format: Annotated[str, typer.Option("--format", help="text | json")] = "text",
+) -> None:
     """KV-cache capacity plan for a model and GPUs."""
-    _not_built("plan", 5)
+    import json
+
+    from diagnosis.planner import PlanError, load_shape
+    from diagnosis.planner import plan as make_plan
+
+    try:
+        shape = load_shape(model)
+        result = make_plan(
+            shape,
+            gpus=gpus,
+            gpu_memory_gib=gpu_memory,
+            context=context,
+            kv_dtype=kv_dtype,
+            gpu_memory_utilization=gpu_memory_utilization,
+            typical_tokens=typical_tokens,
+        )
+    except PlanError as exc:
+        typer.echo(f"kvscope plan: {exc}", err=True)
+        raise typer.Exit(exitcodes.USAGE) from None
+    if output_format == "json":
+        typer.echo(
+            json.dumps(
+                {
+                    "model": model,
+                    "gpus": gpus,
+                    "gpu_memory_gb": gpu_memory,
+                    "context": context,
+                    **result.as_dict(),
+                },
+                indent=2,
+            )
+        )
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"KV-cache plan: {model} on {gpus} x {gpu_memory:g} GB, context {context:,}")
+    table.add_column("")
+    table.add_column("value", justify="right")
+    rows = [
+        ("KV bytes per token", f"{result.kv_bytes_per_token:,} ({kv_dtype})"),
+        (
+            "  if GQA were ignored (seed 000's formula)",
+            f"{result.kv_bytes_per_token_ignoring_gqa:,}",
+        ),
+        ("weights", f"{result.weights_gib:,.1f} GiB"),
+        (
+            "KV pool",
+            f"{result.kv_pool_gib:,.1f} GiB = {result.blocks:,} blocks of {result.block_size} tokens",
+        ),
+        ("tokens in the pool", f"{result.pool_tokens:,}"),
+        (f"sequences at full context ({context:,})", f"{result.sequences_at_full_context:,}"),
+        ("sequences at a typical length", f"{result.sequences_at_typical_length:,}"),
+        ("--block-size", str(result.block_size)),
+        ("--max-num-seqs", str(result.max_num_seqs)),
+        ("--max-num-batched-tokens", str(result.max_num_batched_tokens)),
+        ("--long-prefill-token-threshold", str(result.long_prefill_token_threshold)),
+    ]
+    for name, v in rows:
+        table.add_row(name, v)
+    console = Console()
+    console.print(table)
+    for note in result.notes:
+        console.print(f"note: {note}")
 
 
 @dashboards_app.command("build", context_settings=_PASSTHROUGH)

@@ -43,8 +43,7 @@ def render() -> str:
     out = [
         "# Metrics",
         "",
-        "Generated from `kvscope/catalog.py` and `kvscope/thresholds.py` by "
-        "`make generate`; do not edit by hand.",
+        "Generated from `kvscope/catalog.py` and `kvscope/thresholds.py` by `make generate`; do not edit by hand.",
         "",
     ]
     for source, title, blurb in _SECTIONS:
@@ -76,9 +75,7 @@ def render() -> str:
         "| --- | --- | --- | --- | --- |",
     ]
     for t in thresholds.all_thresholds():
-        out.append(
-            f"| `{t.key}` | {t.value:g} | {_cell(t.unit)} | {t.for_ or '-'} | {_cell(t.why)} |"
-        )
+        out.append(f"| `{t.key}` | {t.value:g} | {_cell(t.unit)} | {t.for_ or '-'} | {_cell(t.why)} |")
     return "\n".join(out) + "\n"
 
 

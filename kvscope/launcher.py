@@ -112,9 +112,7 @@ def start_process(
 
 
 @contextlib.contextmanager
-def running(
-    server: ServerProcess, ready_path: str = "/health", timeout: float = 180.0
-) -> Iterator[ServerProcess]:
+def running(server: ServerProcess, ready_path: str = "/health", timeout: float = 180.0) -> Iterator[ServerProcess]:
     """Wait until `server` is ready, yield it, and always stop it."""
     try:
         server.wait_ready(ready_path, timeout)
@@ -184,6 +182,4 @@ def kvscope_server(
         argv += ["--config", str(config)]
     if model is not None:
         argv += ["--model", str(model)]
-    return start_process(
-        "kvscope serve", [*argv, *extra_args], f"http://{host}:{port}", log_path, env
-    )
+    return start_process("kvscope serve", [*argv, *extra_args], f"http://{host}:{port}", log_path, env)

@@ -49,8 +49,7 @@ def write_config(
             "scrape_timeout": interval,
         },
         "scrape_configs": [
-            {"job_name": name, "static_configs": [{"targets": list(targets)}]}
-            for name, targets in jobs.items()
+            {"job_name": name, "static_configs": [{"targets": list(targets)}]} for name, targets in jobs.items()
         ],
     }
     if rule_files:
@@ -72,9 +71,7 @@ def start(
     """Prometheus on 127.0.0.1 scraping `jobs`; ready when /-/ready answers."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
-    config = write_config(
-        workdir / "prometheus.yml", jobs, interval=interval, rule_files=rule_files
-    )
+    config = write_config(workdir / "prometheus.yml", jobs, interval=interval, rule_files=rule_files)
     argv = [
         binary(),
         f"--config.file={config}",
@@ -95,9 +92,7 @@ class PrometheusApi:
 
     def _get(self, path: str, params: Mapping[str, Any]) -> Any:
         try:
-            response = httpx.get(
-                self.url.rstrip("/") + path, params=dict(params), timeout=self.timeout
-            )
+            response = httpx.get(self.url.rstrip("/") + path, params=dict(params), timeout=self.timeout)
             body = response.json()
         except (httpx.HTTPError, ValueError) as exc:
             raise QueryError(f"{self.url}{path}: {exc}") from exc
@@ -118,12 +113,8 @@ class PrometheusApi:
     def query_range(
         self, expr: str, start: float, end: float, step: float
     ) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
-        data = self._get(
-            "/api/v1/query_range", {"query": expr, "start": start, "end": end, "step": step}
-        )
-        return [
-            (r["metric"], [(float(t), float(v)) for t, v in r["values"]]) for r in data["result"]
-        ]
+        data = self._get("/api/v1/query_range", {"query": expr, "start": start, "end": end, "step": step})
+        return [(r["metric"], [(float(t), float(v)) for t, v in r["values"]]) for r in data["result"]]
 
     def alerts(self) -> list[dict[str, Any]]:
         return list(self._get("/api/v1/alerts", {})["alerts"])

@@ -28,9 +28,7 @@ def bare_counters(text: str) -> set[str]:
     """Counters whose samples carry no `_total` suffix on the page."""
     bare = set()
     for name in _COUNTER_TYPE.findall(text):
-        if not name.endswith("_total") and re.search(
-            rf"^{re.escape(name)}[{{ ]", text, re.MULTILINE
-        ):
+        if not name.endswith("_total") and re.search(rf"^{re.escape(name)}[{{ ]", text, re.MULTILINE):
             bare.add(name)
     return bare
 
@@ -42,28 +40,19 @@ def parse_families(text: str) -> list[Metric]:
     for family in families:
         if family.type == "counter" and family.name in bare:
             family.samples = [
-                s._replace(name=family.name) if s.name == family.name + "_total" else s
-                for s in family.samples
+                s._replace(name=family.name) if s.name == family.name + "_total" else s for s in family.samples
             ]
     return families
 
 
 def parse(text: str) -> list[Sample]:
     """Every sample of a page. Raises ValueError (or a subclass) on a malformed page."""
-    return [
-        Sample(s.name, dict(s.labels), float(s.value))
-        for family in parse_families(text)
-        for s in family.samples
-    ]
+    return [Sample(s.name, dict(s.labels), float(s.value)) for family in parse_families(text) for s in family.samples]
 
 
 def select(samples: Iterable[Sample], name: str, **labels: str) -> list[Sample]:
     """Samples named `name` whose labels include `labels`."""
-    return [
-        s
-        for s in samples
-        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
-    ]
+    return [s for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
 
 
 def total(samples: Iterable[Sample], name: str, **labels: str) -> float:

@@ -69,9 +69,25 @@ TTFT_TAIL_RATIO = Threshold(
     "ratio",
     "p99 TTFT this many times the median: a few requests block the rest (head-of-line).",
 )
-ITL_P99 = Threshold(
-    "itl_p99", 0.2, "seconds", "Inter-token latency p99 above 200 ms: decode is the limit."
+TTFT_TAIL_FLOOR = Threshold(
+    "ttft_tail_floor",
+    0.25,
+    "seconds",
+    "A p99 TTFT below this is not a head-of-line problem however it compares to the median.",
 )
+QUEUE_GROWTH = Threshold(
+    "queue_growth",
+    0.01,
+    "requests/s",
+    "Waiting requests growing faster than this over the window: arrivals outrun service.",
+)
+THROUGHPUT_FLAT = Threshold(
+    "throughput_flat",
+    0.8,
+    "ratio",
+    "Recent throughput at least this share of the window's: it stopped rising with the load.",
+)
+ITL_P99 = Threshold("itl_p99", 0.2, "seconds", "Inter-token latency p99 above 200 ms: decode is the limit.")
 LONG_PROMPT_TOKENS = Threshold(
     "long_prompt_tokens",
     4096,
@@ -105,15 +121,25 @@ GPU_UTIL_FLOOR = Threshold(
     "Seed 002 GPUUtilLow: below 20 % for 10 minutes the GPU is paid for and idle.",
     for_="10m",
 )
-GPU_UTIL_BUSY = Threshold(
-    "gpu_util_busy", 80, "percent", "GPU busy: saturation, not idleness, limits throughput."
-)
+GPU_UTIL_BUSY = Threshold("gpu_util_busy", 80, "percent", "GPU busy: saturation, not idleness, limits throughput.")
 GPU_MEMORY_FULL = Threshold(
     "gpu_memory_full",
     0.95,
     "ratio",
     "Seed 002 GPUMemoryFull: framebuffer above 95 %, one allocation from CUDA OOM.",
     for_="2m",
+)
+GPU_MEMORY_NEAR_OOM = Threshold(
+    "gpu_memory_near_oom",
+    0.03,
+    "ratio",
+    "Less than this share of the card left free: one allocation from OOM.",
+)
+GPU_MEMORY_GROWTH = Threshold(
+    "gpu_memory_growth",
+    0.5,
+    "MiB/s",
+    "Framebuffer use growing this fast for the whole window: a leak (vLLM's own use is flat).",
 )
 GPU_MEMORY_OVER_BUDGET = Threshold(
     "gpu_memory_over_budget",
@@ -123,9 +149,7 @@ GPU_MEMORY_OVER_BUDGET = Threshold(
     "card: a leak or a co-located process (vLLM reserves its share up front, so 90 % is normal).",
     for_="5m",
 )
-GPU_TEMP_HIGH = Threshold(
-    "gpu_temp_high", 85, "C", "GPU core temperature where H100/H200 start to slow their clocks."
-)
+GPU_TEMP_HIGH = Threshold("gpu_temp_high", 85, "C", "GPU core temperature where H100/H200 start to slow their clocks.")
 POWER_AT_LIMIT = Threshold(
     "power_at_limit", 0.97, "ratio", "Power draw at the enforced limit: clocks are being capped."
 )
@@ -146,15 +170,22 @@ PCIE_SATURATION = Threshold(
 PCIE_REPLAY_RATE = Threshold(
     "pcie_replay_rate", 1.0, "replays/s", "PCIe replays: the link is retrying, often degraded."
 )
+DRAM_ACTIVE_HIGH = Threshold(
+    "dram_active_high", 0.7, "ratio", "HBM busy this share of the time: decode is bandwidth-bound."
+)
+THROTTLE_SHARE = Threshold(
+    "throttle_share",
+    0.3,
+    "ratio",
+    "A power or thermal clock-event reason active this share of the window.",
+)
 GATEWAY_OVERHEAD_SHARE = Threshold(
     "gateway_overhead_share",
     0.2,
     "ratio",
     "Seed 004: over 20 % of latency spent before the engine (protocol, auth, tokenisation).",
 )
-TARGET_DOWN_FOR = Threshold(
-    "target_down", 0.5, "bool", "A scrape target or exporter has not answered.", for_="2m"
-)
+TARGET_DOWN_FOR = Threshold("target_down", 0.5, "bool", "A scrape target or exporter has not answered.", for_="2m")
 
 
 def all_thresholds() -> tuple[Threshold, ...]:

@@ -39,13 +39,9 @@ def _int_field(body: dict[str, Any], key: str, minimum: int) -> int | None:
     if value is None:
         return None
     if not isinstance(value, int) or isinstance(value, bool):
-        raise Rejection(
-            400, "invalid_request", f"'{key}' must be an integer, got {type(value).__name__}", key
-        )
+        raise Rejection(400, "invalid_request", f"'{key}' must be an integer, got {type(value).__name__}", key)
     if value < minimum:
-        raise Rejection(
-            400, "invalid_request", f"'{key}' must be at least {minimum}, got {value}", key
-        )
+        raise Rejection(400, "invalid_request", f"'{key}' must be at least {minimum}, got {value}", key)
     return value
 
 
@@ -103,9 +99,7 @@ class AdmissionPolicy:
         self._take_quota(tenant, tier, reserved)
         rewritten = {**body, key: max_tokens}
         if self.qos_enabled:
-            assignment = qos.assign(
-                self.config.qos, longest, arrival_ms, tier.priority_delay_ms, client_priority
-            )
+            assignment = qos.assign(self.config.qos, longest, arrival_ms, tier.priority_delay_ms, client_priority)
             rewritten["priority"] = assignment.priority
             qos_class, priority = assignment.qos_class, assignment.priority
         else:

@@ -100,8 +100,7 @@ def synthetic_words(seed: int, count: int = 3000) -> list[str]:
     """A fixed pseudo-vocabulary of pronounceable words (the tokenizer's training language)."""
     rng = random.Random(seed)
     return [
-        "".join(rng.choice(_CONSONANTS) + rng.choice(_VOWELS) for _ in range(rng.randint(1, 4)))
-        for _ in range(count)
+        "".join(rng.choice(_CONSONANTS) + rng.choice(_VOWELS) for _ in range(rng.randint(1, 4))) for _ in range(count)
     ]
 
 

@@ -31,9 +31,7 @@ class Rejection(Exception):  # noqa: N818 - a refusal, not an error of ours
         return error_body(self.status, self.message, code=self.reason, param=self.param)
 
 
-def error_body(
-    status: int, message: str, *, code: str | None = None, param: str | None = None
-) -> bytes:
+def error_body(status: int, message: str, *, code: str | None = None, param: str | None = None) -> bytes:
     error = {
         "message": message,
         "type": _TYPES.get(status, "api_error"),

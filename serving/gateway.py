@@ -46,9 +46,7 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-async def send_json(
-    send: Send, status: int, body: bytes, headers: dict[str, str] | None = None
-) -> None:
+async def send_json(send: Send, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
     raw_headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
@@ -154,9 +152,7 @@ class Gateway:
 
     def _refuse_when_draining(self) -> None:
         if self.draining:
-            raise Rejection(
-                503, "draining", "the server is shutting down; retry on another replica"
-            )
+            raise Rejection(503, "draining", "the server is shutting down; retry on another replica")
 
     def _authenticate(self, scope: Scope) -> tuple[str, str]:
         header = _header(scope, b"authorization") or ""
@@ -177,9 +173,7 @@ class Gateway:
             try:
                 parsed = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise Rejection(
-                    400, "invalid_json", f"the request body is not valid JSON: {exc}"
-                ) from exc
+                raise Rejection(400, "invalid_json", f"the request body is not valid JSON: {exc}") from exc
             body = self.policy.check_shape(parsed)
             path = scope["path"]
             tokens: PromptTokens
@@ -211,9 +205,7 @@ class Gateway:
         request_id = new_request_id()
         span = self.tracer.start_span(
             f"POST {scope['path']}",
-            context=tracing.extract(
-                {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-            ),
+            context=tracing.extract({k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}),
             kind=trace.SpanKind.SERVER,
             attributes={
                 "gen_ai.request.id": request_id,
@@ -272,8 +264,7 @@ class Gateway:
                     )
                 message = {**message, "headers": [*message.get("headers", []), *extra]}
                 exchange.streaming = any(
-                    k.lower() == b"content-type" and v.startswith(b"text/event-stream")
-                    for k, v in message["headers"]
+                    k.lower() == b"content-type" and v.startswith(b"text/event-stream") for k, v in message["headers"]
                 )
             elif message["type"] == "http.response.body" and not message.get("more_body", False):
                 exchange.done = True
@@ -314,9 +305,7 @@ class Gateway:
             exchange.status = 504
             await send_json(send, 504, error_body(504, message, code="deadline_exceeded"))
         elif not exchange.done:
-            event = {
-                "error": json.loads(error_body(504, message, code="deadline_exceeded"))["error"]
-            }
+            event = {"error": json.loads(error_body(504, message, code="deadline_exceeded"))["error"]}
             chunk = f"data: {json.dumps(event)}\n\ndata: [DONE]\n\n".encode()
             await send({"type": "http.response.body", "body": chunk, "more_body": False})
         exchange.done = True
@@ -357,9 +346,7 @@ class Gateway:
         span.set_attribute("http.response.status_code", exchange.status or 0)
         span.set_attribute("gen_ai.response.stream", exchange.streaming)
         if parts:
-            span.set_attribute(
-                "gen_ai.usage.completion_tokens", sum(p.generation_tokens for p in parts)
-            )
+            span.set_attribute("gen_ai.usage.completion_tokens", sum(p.generation_tokens for p in parts))
             span.set_attribute("gen_ai.response.finish_reasons", [p.finish_reason for p in parts])
             span.set_attribute("gen_ai.latency.time_in_queue", max(p.queue_seconds for p in parts))
             for name, values in (

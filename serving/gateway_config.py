@@ -130,9 +130,7 @@ def load_gateway_config(path: Path | None) -> GatewayConfig:
     except OSError as exc:
         raise ConfigError(f"cannot read gateway config {path}: {exc.strerror}") from exc
     except yaml.YAMLError as exc:
-        raise ConfigError(
-            f"gateway config {path} is not valid YAML: {exc}".replace("\n", " ")
-        ) from exc
+        raise ConfigError(f"gateway config {path} is not valid YAML: {exc}".replace("\n", " ")) from exc
     if not isinstance(data, dict):
         raise ConfigError(f"gateway config {path} must be a mapping at the top level")
     try:

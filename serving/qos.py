@@ -28,9 +28,7 @@ def classify(qos: Qos, prompt_tokens: int) -> QosClass:
     return qos.classes[-1]
 
 
-def assign(
-    qos: Qos, prompt_tokens: int, arrival_ms: int, tier_delay_ms: int, client_priority: int = 0
-) -> Assignment:
+def assign(qos: Qos, prompt_tokens: int, arrival_ms: int, tier_delay_ms: int, client_priority: int = 0) -> Assignment:
     """The vLLM priority (virtual deadline in ms since server start) and the class name."""
     qos_class = classify(qos, prompt_tokens)
     delay = qos_class.delay_ms + tier_delay_ms + client_priority * qos.client_priority_step_ms

@@ -41,13 +41,9 @@ def send_requests(base_url: str, console: Console) -> None:
     """One completion, one chat, one streamed completion, through the official client."""
     client = OpenAI(base_url=base_url + "/v1", api_key="unused", timeout=60)
     rng = random.Random(7)
-    completion = client.completions.create(
-        model=SERVED_NAME, prompt=synthetic_text(rng, 40), max_tokens=24
-    )
+    completion = client.completions.create(model=SERVED_NAME, prompt=synthetic_text(rng, 40), max_tokens=24)
     prompt_tokens = completion.usage.prompt_tokens if completion.usage else "?"
-    console.print(
-        f"[bold]completion[/] ({prompt_tokens} prompt tokens): {completion.choices[0].text!r}"
-    )
+    console.print(f"[bold]completion[/] ({prompt_tokens} prompt tokens): {completion.choices[0].text!r}")
     chat = client.chat.completions.create(
         model=SERVED_NAME,
         messages=[{"role": "user", "content": synthetic_text(rng, 30)}],
@@ -68,9 +64,7 @@ def metric_lines(page: str) -> list[str]:
     """The lines of a /metrics page that belong to the series in SHOWN (histograms: _count)."""
     wanted = []
     for signal in SHOWN:
-        wanted.append(
-            signal.name + "_count" if signal.kind is catalog.Kind.HISTOGRAM else signal.name
-        )
+        wanted.append(signal.name + "_count" if signal.kind is catalog.Kind.HISTOGRAM else signal.name)
     return [
         line
         for line in page.splitlines()

@@ -79,9 +79,7 @@ class UsageError(ValueError):
     """Bad options, flags or configuration: reported in one line, exit 64."""
 
 
-def vllm_argv(
-    options: ServeOptions, model: str, served_name: str, hardware: Hardware
-) -> tuple[list[str], list, list]:
+def vllm_argv(options: ServeOptions, model: str, served_name: str, hardware: Hardware) -> tuple[list[str], list, list]:
     profile = profile_settings(options.profile, hardware, model_max_len(model), options.draft_model)
     platform = platform_settings(hardware)
     argv = [
@@ -135,9 +133,7 @@ def prepare(options: ServeOptions, hardware: Hardware | None = None) -> Prepared
 
 
 def config_table(prepared: Prepared) -> Table:
-    table = Table(
-        title=f"kvscope serve: profile {prepared.profile!r}, effective engine configuration"
-    )
+    table = Table(title=f"kvscope serve: profile {prepared.profile!r}, effective engine configuration")
     table.add_column("setting")
     table.add_column("value")
     table.add_column("from")
@@ -205,9 +201,7 @@ async def serve(prepared: Prepared, options: ServeOptions) -> int:
             tracer=tracer,
         )
         for row in prepared.effective:
-            metrics.config_info.labels(model_name, prepared.profile, row.dest, str(row.value)).set(
-                1
-            )
+            metrics.config_info.labels(model_name, prepared.profile, row.dest, str(row.value)).set(1)
         config = uvicorn.Config(
             gateway,
             log_level=args.uvicorn_log_level,
@@ -234,9 +228,7 @@ async def _run_until_stopped(server, sock, gateway: Gateway, engine, drain_timeo
         if gateway.draining:
             return
         gateway.draining = True
-        log.warning(
-            "draining: %d request(s) in flight, up to %.0f s", gateway.inflight, drain_timeout
-        )
+        log.warning("draining: %d request(s) in flight, up to %.0f s", gateway.inflight, drain_timeout)
         deadline = loop.time() + drain_timeout
         while gateway.inflight and loop.time() < deadline:
             await asyncio.sleep(0.05)
@@ -271,9 +263,7 @@ async def _run_until_stopped(server, sock, gateway: Gateway, engine, drain_timeo
 def _configure_logging() -> None:
     if not log.handlers:
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(
-            logging.Formatter("(kvscope serve) %(levelname)s %(asctime)s %(message)s")
-        )
+        handler.setFormatter(logging.Formatter("(kvscope serve) %(levelname)s %(asctime)s %(message)s"))
         log.addHandler(handler)
         log.setLevel(logging.INFO)
         log.propagate = False
@@ -293,9 +283,7 @@ def run(options: ServeOptions) -> int:
     try:
         return uvloop.run(serve(prepared, options))
     except OSError as exc:
-        console.print(
-            f"kvscope serve: cannot listen on {options.host}:{options.port}: {exc.strerror}"
-        )
+        console.print(f"kvscope serve: cannot listen on {options.host}:{options.port}: {exc.strerror}")
         return exitcodes.USAGE
 
 

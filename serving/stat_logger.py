@@ -76,10 +76,7 @@ def kv_bytes_per_token(vllm_config: VllmConfig) -> int:
         element = int(getattr(model.dtype, "itemsize", 2))
     else:
         element = 4 if "32" in cache_dtype else 2
-    layers = (
-        model.get_num_layers(vllm_config.parallel_config)
-        * vllm_config.parallel_config.pipeline_parallel_size
-    )
+    layers = model.get_num_layers(vllm_config.parallel_config) * vllm_config.parallel_config.pipeline_parallel_size
     return 2 * layers * model.get_total_num_kv_heads() * model.get_head_size() * element
 
 
@@ -141,13 +138,9 @@ class KvscopeStatLogger(StatLoggerBase):
 
     def log_engine_initialized(self) -> None:
         cache = self.vllm_config.cache_config
-        capacity = getattr(cache, "kv_cache_size_tokens", None) or (
-            (cache.num_gpu_blocks or 0) * cache.block_size
-        )
+        capacity = getattr(cache, "kv_cache_size_tokens", None) or ((cache.num_gpu_blocks or 0) * cache.block_size)
         self.metrics.capacity_tokens.labels(self.model_name).set(capacity)
-        self.metrics.bytes_per_token.labels(self.model_name).set(
-            kv_bytes_per_token(self.vllm_config)
-        )
+        self.metrics.bytes_per_token.labels(self.model_name).set(kv_bytes_per_token(self.vllm_config))
 
 
 def finished_part(fr: Any) -> FinishedPart:

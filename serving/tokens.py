@@ -43,9 +43,7 @@ def prompt_tokens(path: str, body: dict[str, Any], tokenizer: Tokenizer) -> Prom
 
 
 def _is_token_ids(value: object) -> bool:
-    return isinstance(value, list) and all(
-        isinstance(t, int) and not isinstance(t, bool) for t in value
-    )
+    return isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
 
 
 def _completion_prompts(prompt: object, tokenizer: Tokenizer) -> PromptTokens:
@@ -63,8 +61,7 @@ def _completion_prompts(prompt: object, tokenizer: Tokenizer) -> PromptTokens:
     if prompt is None:
         raise _bad("'prompt' is required", "prompt")
     raise _bad(
-        "'prompt' must be a string, a list of strings, a list of token ids, "
-        "or a list of lists of token ids",
+        "'prompt' must be a string, a list of strings, a list of token ids, or a list of lists of token ids",
         "prompt",
     )
 
@@ -78,14 +75,10 @@ def _text_of(content: object, index: int) -> str:
         parts = []
         for part in content:
             if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-                raise _bad(
-                    f"messages[{index}].content parts must be objects with a 'type'", "messages"
-                )
+                raise _bad(f"messages[{index}].content parts must be objects with a 'type'", "messages")
             if part["type"] == "text":
                 if not isinstance(part.get("text"), str):
-                    raise _bad(
-                        f"messages[{index}].content text parts need a string 'text'", "messages"
-                    )
+                    raise _bad(f"messages[{index}].content text parts need a string 'text'", "messages")
                 parts.append(part["text"])
         return "\n".join(parts)
     raise _bad(f"messages[{index}].content must be a string or a list of parts", "messages")
@@ -98,9 +91,7 @@ def _chat_prompt(messages: object, body: dict[str, Any], tokenizer: Tokenizer) -
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise _bad(f"messages[{i}] must be an object with a string 'role'", "messages")
-        conversation.append(
-            {"role": message["role"], "content": _text_of(message.get("content"), i)}
-        )
+        conversation.append({"role": message["role"], "content": _text_of(message.get("content"), i)})
     try:
         ids = tokenizer.apply_chat_template(
             conversation,

@@ -23,9 +23,7 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 
 
 def otlp_endpoint() -> str | None:
-    return os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get(
-        "OTEL_EXPORTER_OTLP_ENDPOINT"
-    )
+    return os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
 
 
 def protocol() -> str:

@@ -18,9 +18,7 @@ def demo_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def vllm_server(
-    demo_model_path: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
+def vllm_server(demo_model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """vLLM's own OpenAI server on the demo model, started once for every test that needs it."""
     log = tmp_path_factory.mktemp("vllm") / "vllm.log"
     server = vllm_openai_server(demo_model_path, log, served_name=SERVED_NAME)

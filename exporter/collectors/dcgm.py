@@ -38,10 +38,7 @@ def load_bindings(path: str | None = None) -> dict[str, ModuleType]:
         if folder and folder not in sys.path:
             sys.path.insert(0, folder)
     try:
-        return {
-            name: importlib.import_module(name)
-            for name in ("pydcgm", "dcgm_fields", "dcgm_structs", "dcgm_agent")
-        }
+        return {name: importlib.import_module(name) for name in ("pydcgm", "dcgm_fields", "dcgm_structs", "dcgm_agent")}
     except ImportError as exc:
         where = path or " or ".join(BINDING_DIRS)
         raise DcgmUnavailable(f"DCGM Python bindings not found in {where}: {exc}") from exc

@@ -21,30 +21,12 @@ import psutil
 
 from exporter.collectors.xid import XidCounts
 from exporter.faults import Fault
-from exporter.nvml_api import GpuIdentity, GpuReading, pcie_capacity
+from exporter.nvml_api import GpuIdentity, GpuReading
 from kvscope import catalog, promtext
+from kvscope.gpu_models import MODELS, pcie_capacity
 
 _MIB = 1 << 20
 _IDLE, _SW_POWER_CAP, _SW_THERMAL, _HW_THERMAL = 0x1, 0x4, 0x20, 0x40
-
-
-@dataclass(frozen=True)
-class GpuModel:
-    name: str
-    memory_mib: float
-    tdp_w: float
-    idle_w: float
-    max_sm_clock: float
-    base_sm_clock: float
-    idle_sm_clock: float
-    mem_clock: float
-    slowdown_temp: float
-
-
-MODELS = {
-    "H100": GpuModel("NVIDIA H100 80GB HBM3", 81559, 700, 90, 1980, 1590, 345, 2619, 87),
-    "H200": GpuModel("NVIDIA H200", 143771, 700, 90, 1980, 1590, 345, 3201, 87),
-}
 
 
 @dataclass
@@ -82,9 +64,7 @@ class EmulatedSource:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if model not in MODELS:
-            raise ValueError(
-                f"unknown emulated GPU model {model!r}: choose one of {', '.join(MODELS)}"
-            )
+            raise ValueError(f"unknown emulated GPU model {model!r}: choose one of {', '.join(MODELS)}")
         self.model = MODELS[model]
         self.extra_labels = {"emulated": "true"}
         self.engine_samples = engine_samples or dict
@@ -178,9 +158,7 @@ class EmulatedSource:
             return GpuReading(lost=True)
         busy = 0.0
         if engine is not None and engine.running > 0:
-            busy = min(
-                1.0, 0.35 + engine.running / 16 + (engine.prompt_tps + engine.generation_tps) / 6000
-            )
+            busy = min(1.0, 0.35 + engine.running / 16 + (engine.prompt_tps + engine.generation_tps) / 6000)
         util = 100.0 * busy
         limit = m.tdp_w
         if f := faults.get((i, "power_cap")):
@@ -198,9 +176,7 @@ class EmulatedSource:
             clock = min(clock, 0.55 * m.max_sm_clock) if busy > 0.05 else clock
             reasons |= _SW_THERMAL | _HW_THERMAL
         state.energy_mj += power * dt * 1000.0
-        share = (
-            engine.memory_share if engine is not None and engine.memory_share is not None else None
-        )
+        share = engine.memory_share if engine is not None and engine.memory_share is not None else None
         used = m.memory_mib * share if share is not None else 512.0
         if f := faults.get((i, "memory_leak")):
             state.leaked_mib += f.mib_per_minute * dt / 60.0
@@ -213,7 +189,7 @@ class EmulatedSource:
             processes.append((900_000 + i, int(f.mib * _MIB)))
         reserved = 512.0
         used = min(used, m.memory_mib - reserved)
-        gen, width = 5, 16
+        gen, width = m.pcie_gen, m.pcie_width
         if f := faults.get((i, "pcie_degraded")):
             gen, width = f.generation, f.width
             state.replays += 40.0 * dt
@@ -249,8 +225,8 @@ class EmulatedSource:
             pcie_rx_bytes=rx,
             pcie_gen=gen,
             pcie_width=width,
-            pcie_max_gen=5,
-            pcie_max_width=16,
+            pcie_max_gen=m.pcie_gen,
+            pcie_max_width=m.pcie_width,
             pcie_replays=state.replays,
             ecc_sbe=0.0,
             ecc_dbe=0.0,
@@ -276,10 +252,7 @@ class EmulatedSource:
             self._previous[target] = (now, counters)
             rates = dict.fromkeys(counters, 0.0)
             if before is not None and now > before[0]:
-                rates = {
-                    k: max(0.0, v - before[1].get(k, 0.0)) / (now - before[0])
-                    for k, v in counters.items()
-                }
+                rates = {k: max(0.0, v - before[1].get(k, 0.0)) / (now - before[0]) for k, v in counters.items()}
             config = promtext.select(samples, catalog.VLLM_CACHE_CONFIG_INFO.name)
             share = None
             with contextlib.suppress(IndexError, KeyError, ValueError):
@@ -288,10 +261,7 @@ class EmulatedSource:
                 EngineActivity(
                     running=promtext.total(samples, catalog.VLLM_REQUESTS_RUNNING.name),
                     kv_usage=max(
-                        (
-                            s.value
-                            for s in promtext.select(samples, catalog.VLLM_KV_CACHE_USAGE.name)
-                        ),
+                        (s.value for s in promtext.select(samples, catalog.VLLM_KV_CACHE_USAGE.name)),
                         default=0.0,
                     ),
                     prompt_tps=rates[catalog.VLLM_PROMPT_TOKENS.name],

@@ -29,9 +29,7 @@ class VllmCollector:
         self.targets = [metrics_url(t) for t in targets]
         self.timeout = timeout
         self._client = httpx.Client()
-        self._pool = ThreadPoolExecutor(
-            max_workers=max(1, len(self.targets)), thread_name_prefix="scrape"
-        )
+        self._pool = ThreadPoolExecutor(max_workers=max(1, len(self.targets)), thread_name_prefix="scrape")
         self._lock = threading.Lock()
         self.parse_errors: dict[str, int] = dict.fromkeys(self.targets, 0)
         self.latest: dict[str, list[promtext.Sample]] = {}  # what the emulated GPUs follow
@@ -51,9 +49,7 @@ class VllmCollector:
                     self.parse_errors[result.target] += 1
             if result.up:
                 latest[result.target] = [
-                    promtext.Sample(s.name, dict(s.labels), s.value)
-                    for f in result.families
-                    for s in f.samples
+                    promtext.Sample(s.name, dict(s.labels), s.value) for f in result.families for s in f.samples
                 ]
                 for family in result.families:
                     yield relabel(family, {"target": result.target})

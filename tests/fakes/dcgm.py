@@ -41,15 +41,10 @@ def bindings(latest: dict[int, dict[int, float | None]], fail: str | None = None
             group = SimpleNamespace(
                 GetGpuIds=lambda: sorted(latest),
                 samples=SimpleNamespace(
-                    WatchFields=lambda fg, freq, age, samples: watched.update(
-                        fields=fg.ids, freq=freq
-                    ),
+                    WatchFields=lambda fg, freq, age, samples: watched.update(fields=fg.ids, freq=freq),
                     GetLatest_v2=lambda fg: SimpleNamespace(
                         values={
-                            DCGM_FE_GPU: {
-                                g: {f: [value(v)] for f, v in fields.items()}
-                                for g, fields in latest.items()
-                            }
+                            DCGM_FE_GPU: {g: {f: [value(v)] for f, v in fields.items()} for g, fields in latest.items()}
                         }
                     ),
                 ),

@@ -14,9 +14,7 @@ from typing import Any
 import pynvml
 
 _CONSTANTS = [
-    n
-    for n in dir(pynvml)
-    if n.startswith(("NVML_", "nvmlEventType", "nvmlClocksEvent")) or n == "nvmlMemory_v2"
+    n for n in dir(pynvml) if n.startswith(("NVML_", "nvmlEventType", "nvmlClocksEvent")) or n == "nvmlMemory_v2"
 ]
 _ERRORS = [n for n in dir(pynvml) if n.startswith("NVMLError")]
 
@@ -36,9 +34,7 @@ def default_readings() -> dict[str, Any]:
         "nvmlDeviceGetUtilizationRates": SimpleNamespace(gpu=87, memory=41),
         "nvmlDeviceGetEncoderUtilization": [0, 167000],
         "nvmlDeviceGetDecoderUtilization": [0, 167000],
-        "nvmlDeviceGetMemoryInfo": SimpleNamespace(
-            total=80 << 30, used=72 << 30, free=7 << 30, reserved=1 << 30
-        ),
+        "nvmlDeviceGetMemoryInfo": SimpleNamespace(total=80 << 30, used=72 << 30, free=7 << 30, reserved=1 << 30),
         "nvmlDeviceGetTemperature": 71,
         "nvmlDeviceGetTemperatureThreshold": 87,
         "nvmlDeviceGetPowerUsage": 612_500,  # mW
@@ -130,11 +126,7 @@ class FakeNvml(SimpleNamespace):
 
     def nvmlDeviceGetP2PStatus(self, a: FakeGpu, b: FakeGpu, index: int) -> int:  # noqa: N802
         key = tuple(sorted((self.gpus.index(a), self.gpus.index(b))))
-        return (
-            pynvml.NVML_P2P_STATUS_OK
-            if key in self.nvlink
-            else pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
-        )
+        return pynvml.NVML_P2P_STATUS_OK if key in self.nvlink else pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
 
     # -- events
     def nvmlEventSetCreate(self) -> object:  # noqa: N802
@@ -152,9 +144,7 @@ class FakeNvml(SimpleNamespace):
         if isinstance(item, Exception):
             raise item
         gpu, xid = item
-        return SimpleNamespace(
-            device=self.gpus[gpu], eventData=xid, eventType=pynvml.nvmlEventTypeXidCriticalError
-        )
+        return SimpleNamespace(device=self.gpus[gpu], eventData=xid, eventType=pynvml.nvmlEventTypeXidCriticalError)
 
     def nvmlEventSetFree(self, event_set: object) -> None:  # noqa: N802
         self.event_sets_freed += 1

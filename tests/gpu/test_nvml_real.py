@@ -41,9 +41,7 @@ def test_hardware_detection_sees_the_gpu_and_its_capabilities():
     hardware = detect()
     assert hardware.has_gpu and hardware.driver_version
     gpu = hardware.gpus[0]
-    print(
-        f"\nGPU 0: {gpu.name}, {gpu.memory_bytes / 2**30:.1f} GiB, compute capability {gpu.compute_capability}"
-    )
+    print(f"\nGPU 0: {gpu.name}, {gpu.memory_bytes / 2**30:.1f} GiB, compute capability {gpu.compute_capability}")
     assert gpu.memory_bytes > 8 << 30
     if gpu.compute_capability >= (8, 9):
         assert hardware.supports_fp8_kv
@@ -69,9 +67,7 @@ def test_gpu_series_under_dcgm_names_with_plausible_values(nvml):
     total_mib = detect().gpus[0].memory_bytes / 2**20
     reserved = promtext.total(samples, catalog.DCGM_FB_RESERVED.name, gpu="0")
     assert abs(used.value + free + reserved - total_mib) / total_mib < 0.02
-    assert used.labels["modelName"] == detect().gpus[0].name and used.labels["UUID"].startswith(
-        "GPU-"
-    )
+    assert used.labels["modelName"] == detect().gpus[0].name and used.labels["UUID"].startswith("GPU-")
     assert used.labels["device"] == "nvidia0" and used.labels["pci_bus_id"]
     temp = promtext.select(samples, catalog.DCGM_GPU_TEMP.name)
     assert not temp or 5 < temp[0].value < 110
@@ -100,16 +96,12 @@ def test_readings_an_environment_does_not_support_are_absent_not_zero(nvml):
 def test_xid_watcher_runs_on_real_nvml_and_counts_nothing_on_a_healthy_gpu(nvml):
     counts = XidCounts()
     source = NvmlSource(nvml, counts)
-    watcher = XidWatcher(
-        nvml, counts, [i.uuid for i in source.identities], timeout_ms=200, backoff=(0.2, 1.0)
-    )
+    watcher = XidWatcher(nvml, counts, [i.uuid for i in source.identities], timeout_ms=200, backoff=(0.2, 1.0))
     watcher.start()
     time.sleep(3)
     watcher.stop()
     watcher.join(5)
-    print(
-        f"\nXID watcher: healthy={watcher.healthy} restarts={watcher.restarts} last_error={watcher.last_error!r}"
-    )
+    print(f"\nXID watcher: healthy={watcher.healthy} restarts={watcher.restarts} last_error={watcher.last_error!r}")
     assert not watcher.is_alive()
     assert watcher.healthy or watcher.last_error  # either watching, or says why it cannot
     assert counts.counts == {}
@@ -134,9 +126,7 @@ def test_a_process_using_the_gpu_is_reported_with_its_memory(nvml):
             time.sleep(0.5)
         print(f"\nNVML compute processes: {pids} (child {child.pid}, own {os.getpid()})")
         if not pids:
-            pytest.skip(
-                "NVML lists no compute processes in this environment (containerised PID namespace)"
-            )
+            pytest.skip("NVML lists no compute processes in this environment (containerised PID namespace)")
         samples = scrape(ProcessCollector(source))
         info = promtext.select(samples, catalog.GPU_PROCESS_INFO.name)
         assert info and all(s.labels["gpu"] == "0" for s in info)
@@ -171,9 +161,4 @@ def test_export_once_with_the_nvml_backend():
     samples = promtext.parse(result.stdout)
     assert promtext.select(samples, catalog.DCGM_GPU_UTIL.name, gpu="0")
     assert promtext.total(samples, catalog.EXPORTER_COLLECTOR_SUCCESS.name, collector="nvml") == 1
-    print(
-        "\n"
-        + "\n".join(
-            line for line in result.stdout.splitlines() if line.startswith("kvscope_exporter")
-        )
-    )
+    print("\n" + "\n".join(line for line in result.stdout.splitlines() if line.startswith("kvscope_exporter")))

@@ -68,11 +68,7 @@ def otlp_receiver() -> Iterator[OtlpReceiver]:
             request.ParseFromString(payload)
             for resource_spans in request.resource_spans:
                 service = next(
-                    (
-                        a.value.string_value
-                        for a in resource_spans.resource.attributes
-                        if a.key == "service.name"
-                    ),
+                    (a.value.string_value for a in resource_spans.resource.attributes if a.key == "service.name"),
                     "",
                 )
                 for scope_spans in resource_spans.scope_spans:
@@ -85,9 +81,7 @@ def otlp_receiver() -> Iterator[OtlpReceiver]:
                                     "trace_id": span.trace_id.hex(),
                                     "span_id": span.span_id.hex(),
                                     "parent_span_id": span.parent_span_id.hex(),
-                                    "attributes": {
-                                        a.key: _attribute_value(a.value) for a in span.attributes
-                                    },
+                                    "attributes": {a.key: _attribute_value(a.value) for a in span.attributes},
                                 }
                             )
             self.send_response(200)

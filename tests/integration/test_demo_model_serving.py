@@ -56,9 +56,7 @@ def test_openai_client_gets_a_completion_a_chat_and_a_stream(client):
         model=SERVED_NAME, messages=[{"role": "user", "content": "kelo zaba"}], max_tokens=8
     )
     assert chat.choices[0].message.content
-    chunks = list(
-        client.completions.create(model=SERVED_NAME, prompt="mu", max_tokens=8, stream=True)
-    )
+    chunks = list(client.completions.create(model=SERVED_NAME, prompt="mu", max_tokens=8, stream=True))
     assert sum(1 for c in chunks if c.choices and c.choices[0].text) >= 2
 
 
@@ -82,9 +80,7 @@ def test_long_prompt_prefill_costs_far_more_than_a_short_one(vllm_server):
 def test_every_catalogued_vllm_series_is_on_the_live_page(vllm_server, client):
     client.completions.create(model=SERVED_NAME, prompt="zo", max_tokens=4)
     page = httpx.get(vllm_server.base_url + "/metrics", timeout=10).text
-    exposed = {
-        sample.name for family in text_string_to_metric_families(page) for sample in family.samples
-    }
+    exposed = {sample.name for family in text_string_to_metric_families(page) for sample in family.samples}
     missing = []
     for signal in catalog.all_signals():
         if signal.source is not catalog.Source.VLLM or signal.legacy or signal in CONDITIONAL:

@@ -21,9 +21,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def target(tmp_path_factory) -> Iterator[ServerProcess]:
     """A kvscope serve of this module's own: the last test kills it."""
-    server = kvscope_server(
-        tmp_path_factory.mktemp("target") / "serve.log", extra_args=["--enforce-eager"]
-    )
+    server = kvscope_server(tmp_path_factory.mktemp("target") / "serve.log", extra_args=["--enforce-eager"])
     with running(server, ready_path="/ready", timeout=240) as ready:
         yield ready
 
@@ -60,9 +58,7 @@ def exporter(target, tmp_path_factory) -> Iterator[ServerProcess]:
 @pytest.fixture(scope="module")
 def prom(exporter, tmp_path_factory) -> Iterator[prometheus.PrometheusApi]:
     host = exporter.base_url.removeprefix("http://")
-    server = prometheus.start(
-        tmp_path_factory.mktemp("prometheus"), {"kvscope": [host]}, interval="1s"
-    )
+    server = prometheus.start(tmp_path_factory.mktemp("prometheus"), {"kvscope": [host]}, interval="1s")
     with running(server, ready_path="/-/ready", timeout=60) as ready:
         yield prometheus.PrometheusApi(ready.base_url)
 
@@ -136,9 +132,7 @@ def test_injected_xid_79_shows_as_an_increase_on_that_gpu_only(prom, exporter):
 
 
 def test_a_bad_fault_gets_a_json_400(exporter):
-    response = httpx.post(
-        exporter.base_url + "/-/faults", json={"gpu": 0, "fault": "meltdown"}, timeout=10
-    )
+    response = httpx.post(exporter.base_url + "/-/faults", json={"gpu": 0, "fault": "meltdown"}, timeout=10)
     assert response.status_code == 400 and "fault" in response.json()["error"]
 
 
@@ -148,9 +142,7 @@ def test_killing_the_vllm_target_flips_target_up_while_gpu_series_keep_flowing(p
     time.sleep(3)
     fresh = prom.query(f"time() - timestamp({catalog.DCGM_GPU_TEMP.name}) < 5")
     assert {labels["gpu"] for labels, _ in fresh} >= {"0", "1", "2"}
-    assert not prom.query(
-        f"{catalog.VLLM_KV_CACHE_USAGE.name}"
-    )  # the dead target's series are gone
+    assert not prom.query(f"{catalog.VLLM_KV_CACHE_USAGE.name}")  # the dead target's series are gone
 
 
 def test_once_prints_a_single_scrape(tmp_path):

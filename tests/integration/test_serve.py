@@ -29,9 +29,7 @@ def _metrics(server) -> list[promtext.Sample]:
     return promtext.parse(httpx.get(server.base_url + "/metrics", timeout=10).text)
 
 
-def _post(
-    server, body, key: str | None = ACME, path: str = "/v1/completions", raw: bytes | None = None
-):
+def _post(server, body, key: str | None = ACME, path: str = "/v1/completions", raw: bytes | None = None):
     headers = {"content-type": "application/json"}
     if key is not None:
         headers["authorization"] = f"Bearer {key}"
@@ -66,9 +64,7 @@ def test_priority_field_is_accepted_through_the_openai_client(kvscope):
 
 
 def test_max_tokens_is_clamped_to_the_tier(kvscope):
-    response = _post(
-        kvscope, {"model": SERVED_NAME, "prompt": "zaba", "max_tokens": 5000, "ignore_eos": True}
-    )
+    response = _post(kvscope, {"model": SERVED_NAME, "prompt": "zaba", "max_tokens": 5000, "ignore_eos": True})
     assert response.status_code == 200
     assert response.json()["usage"]["completion_tokens"] == 256  # tier gold: max_tokens 256
     assert response.headers["x-kvscope-max-tokens-clamped"] == "5000->256"
@@ -98,12 +94,8 @@ BAD_INPUTS = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("case", "body", "raw", "key", "status"), BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS]
-)
-def test_bad_input_gets_a_json_4xx_and_the_server_keeps_serving(
-    kvscope, case, body, raw, key, status
-):
+@pytest.mark.parametrize(("case", "body", "raw", "key", "status"), BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS])
+def test_bad_input_gets_a_json_4xx_and_the_server_keeps_serving(kvscope, case, body, raw, key, status):
     if isinstance(body, dict):
         body = {"model": SERVED_NAME, **body}
     response = _post(kvscope, body, key=key, raw=raw)
@@ -115,9 +107,7 @@ def test_bad_input_gets_a_json_4xx_and_the_server_keeps_serving(
 
 def test_chat_bad_messages_get_400(kvscope):
     for messages in ("hi", [], [{"content": "no role"}], [{"role": "user", "content": 5}]):
-        response = _post(
-            kvscope, {"model": SERVED_NAME, "messages": messages}, path="/v1/chat/completions"
-        )
+        response = _post(kvscope, {"model": SERVED_NAME, "messages": messages}, path="/v1/chat/completions")
         assert response.status_code == 400, (messages, response.text)
         assert response.json()["error"]["param"] == "messages"
     _valid(kvscope)
@@ -125,15 +115,9 @@ def test_chat_bad_messages_get_400(kvscope):
 
 def test_over_limit_messages_say_which_limit_and_by_how_much(kvscope):
     over_cap = _post(kvscope, {"model": SERVED_NAME, "prompt": [7] * 700}, key=TINY).json()["error"]
-    assert (
-        "tier 'tight' allows 600 per request" in over_cap["message"]
-        and "over by" in over_cap["message"]
-    )
+    assert "tier 'tight' allows 600 per request" in over_cap["message"] and "over by" in over_cap["message"]
     too_long = _post(kvscope, {"model": SERVED_NAME, "prompt": [7] * 17000}).json()["error"]
-    assert (
-        too_long["code"] == "context_length_exceeded"
-        and "max_model_len is 16384" in too_long["message"]
-    )
+    assert too_long["code"] == "context_length_exceeded" and "max_model_len is 16384" in too_long["message"]
 
 
 def test_over_quota_burst_gets_429_with_retry_after(kvscope):
@@ -210,10 +194,7 @@ def test_deadline_aborts_the_request_in_the_engine_and_frees_its_kv_blocks(kvsco
     assert promtext.total(after, catalog.VLLM_KV_CACHE_USAGE.name) == 0
     assert promtext.total(after, catalog.VLLM_REQUESTS_RUNNING.name) == 0
     # vLLM keeps no count of requests aborted from outside; the gateway does.
-    assert (
-        promtext.total(after, catalog.GATEWAY_REJECTIONS.name, reason="deadline")
-        == deadline_before + 1
-    )
+    assert promtext.total(after, catalog.GATEWAY_REJECTIONS.name, reason="deadline") == deadline_before + 1
     _valid(kvscope)
 
 
@@ -271,28 +252,20 @@ def test_kvscope_metrics_agree_with_vllms_own_counters(kvscope):
         (catalog.REQUEST_DECODE_SECONDS, catalog.VLLM_DECODE_TIME),
         (catalog.REQUEST_QUEUE_SECONDS, catalog.VLLM_QUEUE_TIME),
     ):
-        assert (
-            _delta(before, after, ours.name + "_count")
-            == _delta(before, after, theirs.name + "_count")
-            == n
-        )
+        assert _delta(before, after, ours.name + "_count") == _delta(before, after, theirs.name + "_count") == n
         assert _delta(before, after, ours.name + "_sum") == pytest.approx(
             _delta(before, after, theirs.name + "_sum"), rel=1e-6, abs=1e-6
         )
     prompt = _delta(before, after, catalog.GATEWAY_TOKENS.name, tenant="acme", kind="prompt")
     assert prompt > 0 and prompt == _delta(before, after, catalog.VLLM_PROMPT_TOKENS.name)
-    completion = _delta(
-        before, after, catalog.GATEWAY_TOKENS.name, tenant="acme", kind="completion"
-    )
+    completion = _delta(before, after, catalog.GATEWAY_TOKENS.name, tenant="acme", kind="completion")
     assert completion == 12 * n == _delta(before, after, catalog.VLLM_GENERATION_TOKENS.name)
     assert _delta(before, after, catalog.GATEWAY_REQUESTS.name, tenant="acme", tier="gold") == n
     assert _delta(before, after, catalog.VLLM_PREFIX_CACHE_HITS.name) > 0
     hit_ratio = promtext.total(after, catalog.CACHE_PREFIX_HIT_RATIO.name)
     assert 0.3 < hit_ratio <= 1.0
     assert promtext.total(after, catalog.CACHE_CAPACITY_TOKENS.name) == KV_BLOCKS * 32
-    assert (
-        promtext.total(after, catalog.CACHE_BYTES_PER_TOKEN.name) == 1024
-    )  # 2x4 layers x2 heads x32 x2 B
+    assert promtext.total(after, catalog.CACHE_BYTES_PER_TOKEN.name) == 1024  # 2x4 layers x2 heads x32 x2 B
 
 
 def test_engine_config_info_exposes_the_tuned_profile(kvscope):

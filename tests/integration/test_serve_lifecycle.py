@@ -97,9 +97,7 @@ def test_process_exits_nonzero_when_the_engine_dies(tmp_path):
     server = kvscope_server(tmp_path / "serve.log", extra_args=["--enforce-eager"])
     with running(server, ready_path="/ready", timeout=240):
         children = psutil.Process(server.proc.pid).children(recursive=True)
-        engine = [
-            c for c in children if "EngineCore" in " ".join(c.cmdline()) or "EngineCore" in c.name()
-        ]
+        engine = [c for c in children if "EngineCore" in " ".join(c.cmdline()) or "EngineCore" in c.name()]
         assert engine, [c.cmdline() for c in children]
         for child in children:
             child.kill()

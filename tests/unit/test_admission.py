@@ -19,9 +19,7 @@ CONFIG = GatewayConfig.model_validate(
 
 
 def policy(qos: bool = True) -> AdmissionPolicy:
-    return AdmissionPolicy(
-        CONFIG, max_model_len=2048, served_names=["m"], qos_enabled=qos, quotas=TenantQuotas()
-    )
+    return AdmissionPolicy(CONFIG, max_model_len=2048, served_names=["m"], qos_enabled=qos, quotas=TenantQuotas())
 
 
 def rejected(call) -> Rejection:
@@ -69,19 +67,13 @@ def test_prompt_filling_the_context_is_400_with_the_numbers():
 
 
 def test_prompt_plus_max_tokens_over_the_context_is_400_with_the_excess():
-    error = rejected(
-        lambda: policy().admit(COMPLETIONS, {"max_tokens": 100}, "t", "open", [2000], 0)
-    )
+    error = rejected(lambda: policy().admit(COMPLETIONS, {"max_tokens": 100}, "t", "open", [2000], 0))
     assert "exceeds this model's max_model_len 2048 by 52" in error.message
 
 
 def test_over_the_tier_cap_is_413_with_the_excess():
-    error = rejected(
-        lambda: policy().admit(COMPLETIONS, {"max_tokens": 100, "n": 2}, "t", "gold", [900], 0)
-    )
-    assert (
-        error.status == 413 and "tier 'gold' allows 1000 per request: over by 100" in error.message
-    )
+    error = rejected(lambda: policy().admit(COMPLETIONS, {"max_tokens": 100, "n": 2}, "t", "gold", [900], 0))
+    assert error.status == 413 and "tier 'gold' allows 1000 per request: over by 100" in error.message
 
 
 def test_over_quota_is_429_with_retry_after_and_the_shortfall():

@@ -24,15 +24,11 @@ def test_values_are_served_under_dcgm_names_and_blanks_are_absent():
     }
     page = render(GpuCollector(DcgmSource(bindings(latest))).collect()).decode()
     samples = promtext.parse(page)
-    assert (
-        promtext.total(samples, catalog.DCGM_GPU_UTIL.name, gpu="0", modelName="NVIDIA H200") == 55
-    )
+    assert promtext.total(samples, catalog.DCGM_GPU_UTIL.name, gpu="0", modelName="NVIDIA H200") == 55
     assert promtext.total(samples, catalog.DCGM_FB_USED.name, gpu="1") == 500
     temps = {s.labels["gpu"] for s in promtext.select(samples, catalog.DCGM_GPU_TEMP.name)}
     assert temps == {"1"}  # GPU 0's temperature was blank
-    power_cap = promtext.select(
-        samples, catalog.GPU_CLOCK_EVENT_ACTIVE.name, gpu="0", reason="sw_power_cap"
-    )
+    power_cap = promtext.select(samples, catalog.GPU_CLOCK_EVENT_ACTIVE.name, gpu="0", reason="sw_power_cap")
     assert power_cap[0].value == 1
     assert promtext.total(samples, catalog.GPU_BACKEND_INFO.name, backend="dcgm") == 1
 

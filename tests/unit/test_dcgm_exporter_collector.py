@@ -28,7 +28,5 @@ def test_dcgm_exporter_series_pass_through_by_name_and_sentinels_are_dropped():
     assert promtext.total(samples, catalog.DCGM_PCIE_REPLAY.name, gpu="0") == 12
     assert f"# TYPE {catalog.DCGM_PCIE_REPLAY.name} counter" in page
     assert promtext.total(samples, catalog.DCGM_GPU_UTIL.name, Hostname="n1") == 91
-    assert not promtext.select(
-        samples, catalog.DCGM_FB_RESERVED.name
-    )  # "not supported", not a value
+    assert not promtext.select(samples, catalog.DCGM_FB_RESERVED.name)  # "not supported", not a value
     assert promtext.total(samples, catalog.TARGET_UP.name) == 1

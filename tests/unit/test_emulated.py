@@ -56,9 +56,7 @@ def one(samples, signal, **labels):
 def test_every_series_says_it_is_emulated(node):
     source, *_ = node
     samples = read(source)
-    gpu_series = [
-        s for s in samples if s.name.startswith(("DCGM_", "kvscope_gpu_")) and "gpu" in s.labels
-    ]
+    gpu_series = [s for s in samples if s.name.startswith(("DCGM_", "kvscope_gpu_")) and "gpu" in s.labels]
     assert gpu_series and all(s.labels["emulated"] == "true" for s in gpu_series)
 
 
@@ -78,15 +76,8 @@ def test_utilisation_power_and_clocks_follow_the_engine(node):
     engine.running, engine.prompt, engine.generated = 8, 20000, 2000
     clock[0] = 10.0
     busy = read(source)
-    assert (
-        one(idle, catalog.DCGM_GPU_UTIL, gpu="0")
-        < 5
-        < 80
-        < one(busy, catalog.DCGM_GPU_UTIL, gpu="0")
-    )
-    assert one(busy, catalog.DCGM_POWER_USAGE, gpu="0") > one(
-        idle, catalog.DCGM_POWER_USAGE, gpu="0"
-    )
+    assert one(idle, catalog.DCGM_GPU_UTIL, gpu="0") < 5 < 80 < one(busy, catalog.DCGM_GPU_UTIL, gpu="0")
+    assert one(busy, catalog.DCGM_POWER_USAGE, gpu="0") > one(idle, catalog.DCGM_POWER_USAGE, gpu="0")
     assert one(busy, catalog.DCGM_SM_CLOCK, gpu="0") == 1980
 
 
@@ -117,9 +108,7 @@ def test_thermal_fault_heats_and_throttles(node):
     source.inject(Fault(gpu=0, fault="thermal", temp_c=95))
     samples = read(source)
     assert one(samples, catalog.DCGM_GPU_TEMP, gpu="0") == 95
-    assert one(samples, catalog.DCGM_SM_CLOCK, gpu="0") < one(
-        samples, catalog.DCGM_APP_SM_CLOCK, gpu="0"
-    )
+    assert one(samples, catalog.DCGM_SM_CLOCK, gpu="0") < one(samples, catalog.DCGM_APP_SM_CLOCK, gpu="0")
     assert one(samples, catalog.GPU_CLOCK_EVENT_ACTIVE, gpu="0", reason="sw_thermal_slowdown") == 1
     assert one(samples, catalog.DCGM_GPU_TEMP, gpu="1") < 90
 
@@ -129,11 +118,7 @@ def test_power_cap_holds_power_at_the_limit_and_says_why(node):
     engine.running = 16
     source.inject(Fault(gpu=0, fault="power_cap", limit_w=300))
     samples = read(source)
-    assert (
-        one(samples, catalog.DCGM_POWER_USAGE, gpu="0")
-        == one(samples, catalog.DCGM_POWER_LIMIT, gpu="0")
-        == 300
-    )
+    assert one(samples, catalog.DCGM_POWER_USAGE, gpu="0") == one(samples, catalog.DCGM_POWER_LIMIT, gpu="0") == 300
     assert one(samples, catalog.GPU_CLOCK_EVENT_ACTIVE, gpu="0", reason="sw_power_cap") == 1
 
 
@@ -168,9 +153,7 @@ def test_memory_leak_grows_memory_beyond_the_engine_budget(node):
     before = one(read(source), catalog.DCGM_FB_USED, gpu="0")
     source.inject(Fault(gpu=0, fault="memory_leak", mib_per_minute=6000))
     clock[0] = 60.0
-    assert one(read(source), catalog.DCGM_FB_USED, gpu="0") == pytest.approx(
-        before + 6000, rel=0.01
-    )
+    assert one(read(source), catalog.DCGM_FB_USED, gpu="0") == pytest.approx(before + 6000, rel=0.01)
 
 
 def test_colocated_process_takes_memory_and_shows_as_a_process(node):

@@ -44,10 +44,7 @@ def test_bad_configuration_is_one_line(overrides, message):
 
 def test_emulated_assembly_orders_vllm_before_the_gpus_it_follows():
     names = [
-        c.name
-        for c in assemble(
-            load(None, {"gpu": "emulated", "vllm": ["http://127.0.0.1:9/metrics"]})
-        ).collectors
+        c.name for c in assemble(load(None, {"gpu": "emulated", "vllm": ["http://127.0.0.1:9/metrics"]})).collectors
     ]
     assert names == ["vllm", "emulated", "xid", "topology", "process", "host"]
 
@@ -67,10 +64,7 @@ def test_the_daemonset_runs_the_exporter_on_the_service_port():
         for d in yaml.safe_load_all((ROOT / "deploy" / f).read_text())
     }
     container = docs["DaemonSet"]["spec"]["template"]["spec"]["containers"][0]
-    assert (
-        container["args"][0] == "export"
-        and "--web.listen-address=0.0.0.0:9400" in container["args"]
-    )
+    assert container["args"][0] == "export" and "--web.listen-address=0.0.0.0:9400" in container["args"]
     assert docs["Service"]["spec"]["ports"][0]["port"] == 9400
     assert docs["ServiceMonitor"]["spec"]["endpoints"][0]["port"] == "metrics"
     config = yaml.safe_load(docs["ConfigMap"]["data"]["export.yaml"])

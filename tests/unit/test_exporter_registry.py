@@ -38,8 +38,7 @@ def test_each_collector_gets_duration_and_success_and_failures_are_contained():
     exporter = Exporter([Broken(), Good(), Unhealthy()], interval=0)
     samples = promtext.parse(exporter.page().decode())
     success = {
-        s.labels["collector"]: s.value
-        for s in promtext.select(samples, catalog.EXPORTER_COLLECTOR_SUCCESS.name)
+        s.labels["collector"]: s.value for s in promtext.select(samples, catalog.EXPORTER_COLLECTOR_SUCCESS.name)
     }
     assert success == {"broken": 0.0, "good": 1.0, "unhealthy": 0.0}
     assert len(promtext.select(samples, catalog.EXPORTER_COLLECTOR_DURATION.name)) == 3

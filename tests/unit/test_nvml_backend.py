@@ -39,20 +39,14 @@ def test_readings_are_served_under_dcgm_exporter_names_and_units():
 def test_series_carry_dcgm_exporter_labels():
     sample = promtext.select(scrape(fake_node(1)), catalog.DCGM_GPU_TEMP.name)[0]
     assert sample.labels["gpu"] == "0" and sample.labels["UUID"] == "GPU-fake-0"
-    assert sample.labels["device"] == "nvidia0" and sample.labels["modelName"].startswith(
-        "NVIDIA H100"
-    )
+    assert sample.labels["device"] == "nvidia0" and sample.labels["modelName"].startswith("NVIDIA H100")
     assert sample.labels["pci_bus_id"] == "00000000:18:00.0" and sample.labels["Hostname"]
     assert "emulated" not in sample.labels
 
 
 def test_clock_event_bits_are_decoded_and_pcie_capacity_is_derived():
     samples = scrape(fake_node(1))
-    active = {
-        s.labels["reason"]
-        for s in promtext.select(samples, catalog.GPU_CLOCK_EVENT_ACTIVE.name)
-        if s.value == 1
-    }
+    active = {s.labels["reason"] for s in promtext.select(samples, catalog.GPU_CLOCK_EVENT_ACTIVE.name) if s.value == 1}
     assert active == {"sw_power_cap", "sw_thermal_slowdown"}
     assert value(samples, catalog.GPU_PCIE_LINK_CAPACITY, gpu="0") == pytest.approx(3938e6 * 16)
 

@@ -45,10 +45,7 @@ def test_tuned_on_ampere_has_no_fp8_kv():
 
 def test_tuned_on_cpu_scales_the_budget_and_skips_gpu_only_knobs():
     settings = tuned(CPU)
-    assert (
-        settings["max_num_batched_tokens"] == 1024
-        and settings["long_prefill_token_threshold"] == 256
-    )
+    assert settings["max_num_batched_tokens"] == 1024 and settings["long_prefill_token_threshold"] == 256
     for gpu_only in (
         "kv_cache_dtype",
         "gpu_memory_utilization",
@@ -116,10 +113,7 @@ def test_fp8_on_hopper_is_fine():
 def test_effective_settings_say_where_each_value_came_from():
     profile = profile_settings("tuned", CPU, 16384, None)
     args = argparse.Namespace(block_size=64, max_num_batched_tokens=1024, max_num_seqs=None)
-    rows = {
-        r.dest: r
-        for r in effective_settings(args, profile, platform_settings(CPU), ["--block-size", "64"])
-    }
+    rows = {r.dest: r for r in effective_settings(args, profile, platform_settings(CPU), ["--block-size", "64"])}
     assert rows["block_size"].source == "flag" and rows["block_size"].value == 64
     assert rows["max_num_batched_tokens"].source == "profile"
     assert rows["kv_cache_memory_bytes"].source == "platform"

@@ -35,6 +35,4 @@ def test_the_client_priority_shifts_by_steps_and_never_below_arrival():
     base = qos.assign(QOS, 100, arrival_ms=1000, tier_delay_ms=0)
     later = qos.assign(QOS, 100, arrival_ms=1000, tier_delay_ms=0, client_priority=2)
     assert later.priority - base.priority == 2 * QOS.client_priority_step_ms
-    assert (
-        qos.assign(QOS, 100, arrival_ms=1000, tier_delay_ms=0, client_priority=-50).priority == 1000
-    )
+    assert qos.assign(QOS, 100, arrival_ms=1000, tier_delay_ms=0, client_priority=-50).priority == 1000

@@ -23,9 +23,7 @@ def _code_files():
 
 def _pattern(name: str) -> re.Pattern[str]:
     # the name itself, or a histogram series of it; not a longer name that starts with it
-    return re.compile(
-        rf"(?<![A-Za-z0-9_:]){re.escape(name)}(?:_bucket|_sum|_count)?(?![A-Za-z0-9_])"
-    )
+    return re.compile(rf"(?<![A-Za-z0-9_:]){re.escape(name)}(?:_bucket|_sum|_count)?(?![A-Za-z0-9_])")
 
 
 def test_no_metric_name_is_spelled_outside_the_catalog():

@@ -57,6 +57,4 @@ def test_text_prompts_are_forwarded_as_the_ids_vllm_would_make(tokenizer):
     many = prompt_tokens(COMPLETIONS, {"prompt": ["zaba", "kelo"]}, tokenizer)
     assert many.ids == [tokenizer.encode("zaba"), tokenizer.encode("kelo")]
     assert prompt_tokens(COMPLETIONS, {"prompt": [5, 6]}, tokenizer).ids is None
-    assert (
-        prompt_tokens(CHAT, {"messages": [{"role": "user", "content": "x"}]}, tokenizer).ids is None
-    )
+    assert prompt_tokens(CHAT, {"messages": [{"role": "user", "content": "x"}]}, tokenizer).ids is None

@@ -49,18 +49,14 @@ def test_a_dead_target_costs_only_its_own_series(healthy):
     samples = promtext.parse(render(VllmCollector([healthy.url, dead]).collect()).decode())
     assert promtext.total(samples, catalog.TARGET_UP.name, target=dead) == 0
     assert promtext.total(samples, catalog.TARGET_UP.name, target=healthy.url) == 1
-    assert {
-        s.labels["target"] for s in promtext.select(samples, catalog.VLLM_KV_CACHE_USAGE.name)
-    } == {healthy.url}
+    assert {s.labels["target"] for s in promtext.select(samples, catalog.VLLM_KV_CACHE_USAGE.name)} == {healthy.url}
 
 
 def test_a_slow_target_is_cut_at_the_timeout(healthy):
     slow = PageServer(VLLM_PAGE, delay=2.0)
     try:
         started = time.monotonic()
-        samples = promtext.parse(
-            render(VllmCollector([healthy.url, slow.url], timeout=0.3).collect()).decode()
-        )
+        samples = promtext.parse(render(VllmCollector([healthy.url, slow.url], timeout=0.3).collect()).decode())
         assert time.monotonic() - started < 1.5
         assert promtext.total(samples, catalog.TARGET_UP.name, target=slow.url) == 0
         assert promtext.total(samples, catalog.TARGET_UP.name, target=healthy.url) == 1
@@ -68,9 +64,7 @@ def test_a_slow_target_is_cut_at_the_timeout(healthy):
         slow.close()
 
 
-@settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     junk=st.one_of(
         st.text(max_size=300),
@@ -79,9 +73,7 @@ def test_a_slow_target_is_cut_at_the_timeout(healthy):
             st.integers(0, 100),
             st.text(max_size=40),
         ),
-        st.sampled_from(
-            ['x{a="1" 2', "# TYPE x counter\nx_total{a=} 1", 'x{a="\\q"} NaNa', "x 1 2 3 4"]
-        ),
+        st.sampled_from(['x{a="1" 2', "# TYPE x counter\nx_total{a=} 1", 'x{a="\\q"} NaNa', "x 1 2 3 4"]),
     )
 )
 def test_malformed_pages_never_break_the_exporter(healthy, junk):
@@ -94,9 +86,7 @@ def test_malformed_pages_never_break_the_exporter(healthy, junk):
         up = promtext.total(samples, catalog.TARGET_UP.name, target=bad.url)
         errors = promtext.total(samples, catalog.EXPORTER_PARSE_ERRORS.name, target=bad.url)
         assert (up, errors) in ((1.0, 0.0), (0.0, 1.0))
-        assert (
-            promtext.total(samples, catalog.EXPORTER_COLLECTOR_SUCCESS.name, collector="vllm") == 1
-        )
+        assert promtext.total(samples, catalog.EXPORTER_COLLECTOR_SUCCESS.name, collector="vllm") == 1
         collector.close()
     finally:
         bad.close()

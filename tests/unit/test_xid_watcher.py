@@ -14,9 +14,7 @@ def watch(fake, until, timeout=5.0):
     nvml.init()
     counts = XidCounts(clock=lambda: 1000.0)
     sleeps = []
-    watcher = XidWatcher(
-        nvml, counts, ["GPU-fake-0", "GPU-fake-1"], timeout_ms=1, sleep=sleeps.append
-    )
+    watcher = XidWatcher(nvml, counts, ["GPU-fake-0", "GPU-fake-1"], timeout_ms=1, sleep=sleeps.append)
     watcher.start()
     deadline = time.monotonic() + timeout
     while not until(counts, watcher) and time.monotonic() < deadline:
@@ -67,14 +65,10 @@ def test_the_last_xid_per_gpu_feeds_the_dcgm_style_sticky_gauge():
 
 def test_counts_start_at_zero_so_the_first_xid_is_an_increase():
     counts = XidCounts()
-    samples = promtext.parse(
-        render(XidCollector(counts, None, [(0, "u0"), (1, "u1")]).collect()).decode()
-    )
+    samples = promtext.parse(render(XidCollector(counts, None, [(0, "u0"), (1, "u1")]).collect()).decode())
     zeros = promtext.select(samples, catalog.GPU_XID_ERRORS.name, xid="79")
     assert sorted(s.labels["gpu"] for s in zeros) == ["0", "1"] and all(s.value == 0 for s in zeros)
     counts.record(1, "u1", 79)
-    samples = promtext.parse(
-        render(XidCollector(counts, None, [(0, "u0"), (1, "u1")]).collect()).decode()
-    )
+    samples = promtext.parse(render(XidCollector(counts, None, [(0, "u0"), (1, "u1")]).collect()).decode())
     assert promtext.total(samples, catalog.GPU_XID_ERRORS.name, gpu="1", xid="79") == 1
     assert len(promtext.select(samples, catalog.GPU_XID_ERRORS.name, gpu="1", xid="79")) == 1

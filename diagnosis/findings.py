@@ -1,0 +1,80 @@
+"""What checks produce: findings with evidence and remediation, in the fixed vocabulary."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+SCHEMA = "kvscope.diagnosis/v1"
+
+
+class Severity(StrEnum):
+    OK = "ok"
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        return ("ok", "info", "warning", "critical").index(self.value)
+
+
+# The bottleneck vocabulary (fixed by the diagnosis contract), in root-cause order: when
+# several findings hold, the one earlier here is the cause and the later ones its symptoms
+# (an XID that kills an engine outranks the queue that follows).
+ROOT_CAUSE_ORDER = (
+    "gpu_hardware_fault",
+    "gpu_memory_pressure",
+    "thermal_power_throttling",
+    "pcie_bottleneck",
+    "prefix_cache_miss",
+    "kv_cache_exhaustion",
+    "prefill_head_of_line",
+    "capacity_saturation",
+    "decode_bandwidth_bound",
+    "gateway_overhead",
+    "gpu_underutilized",
+)
+HEALTHY = "healthy"
+INSUFFICIENT_DATA = "insufficient_data"
+VOCABULARY = (*ROOT_CAUSE_ORDER, HEALTHY, INSUFFICIENT_DATA)
+
+AFFECTED_LABELS = ("namespace", "pod", "instance", "target", "gpu", "Hostname")
+
+
+@dataclass
+class Evidence:
+    query: str
+    value: float
+    threshold: float | None
+    labels: dict[str, str]
+
+
+@dataclass
+class Finding:
+    id: str
+    severity: Severity
+    confidence: float
+    summary: str
+    affected: list[dict[str, str]] = field(default_factory=list)
+    evidence: list[Evidence] = field(default_factory=list)
+    remediation: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.id not in VOCABULARY:
+            raise ValueError(f"{self.id!r} is not in the bottleneck vocabulary")
+        self.confidence = round(max(0.0, min(1.0, self.confidence)), 2)
+
+
+def affected(labels: dict[str, str]) -> dict[str, str]:
+    """The identifying labels a finding reports, whichever the data had."""
+    return {k: labels[k] for k in AFFECTED_LABELS if labels.get(k)}
+
+
+def describe(labels: dict[str, str]) -> str:
+    """A short name for an entity in a sentence: pod, else target, else instance, + GPU."""
+    name = labels.get("pod") or labels.get("target") or labels.get("instance") or labels.get("Hostname") or "?"
+    if "gpu" in labels:
+        host = labels.get("Hostname") or labels.get("instance") or ""
+        return f"GPU {labels['gpu']}" + (f" on {host}" if host else "")
+    return name

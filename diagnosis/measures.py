@@ -1,0 +1,322 @@
+"""What the diagnosis measures: named quantities per engine instance or per GPU.
+
+Each measure is defined once and computed two ways: as PromQL (the Prometheus source, with a
+window and a selector) and from two snapshots of /metrics pages (the scrape source). Names
+come from the catalog, with legacy vLLM names as fallbacks, so plain vLLM + dcgm-exporter and
+kvscope's exporter both work. Quantiles are per instance, never pooled across a fleet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from kvscope import catalog
+from kvscope.catalog import Signal
+
+
+class Entity(StrEnum):
+    ENGINE = "engine"
+    GPU = "gpu"
+
+
+# Labels that identify an engine instance or a GPU, whichever of them the data carries.
+ENTITY_LABELS: dict[Entity, tuple[str, ...]] = {
+    Entity.ENGINE: ("namespace", "pod", "instance", "target", "model_name"),
+    Entity.GPU: ("Hostname", "instance", "gpu", "UUID", "modelName"),
+}
+
+
+class Kind(StrEnum):
+    GAUGE_MAX = "gauge_max"  # max over the window
+    GAUGE_AVG = "gauge_avg"  # average over the window
+    GAUGE_MIN = "gauge_min"
+    GAUGE_LAST = "gauge_last"  # the value at the end of the window
+    DERIV = "deriv"  # slope per second over the window
+    RATE = "rate"  # counter rate per second over the window
+    RATE_RECENT = "rate_recent"  # counter rate over the last 5 minutes
+    INCREASE = "increase"  # counter increase over the window
+    RATIO = "ratio"  # increase(numerator) / increase(denominator) over the window
+    RATIO_RECENT = "ratio_recent"  # ... over the last 5 minutes
+    RATIO_BEFORE = "ratio_before"  # ... over the window before the last 5 minutes
+    QUANTILE = "quantile"  # histogram quantile over the window
+    MEAN = "mean"  # histogram sum / count over the window
+    CHANGED = "changed"  # a sticky gauge changed or appeared in the window (1) or not (0)
+
+
+@dataclass(frozen=True)
+class Measure:
+    name: str
+    entity: Entity
+    kind: Kind
+    signals: tuple[Signal, ...]  # tried in order: current name first, fallbacks after
+    quantile: float | None = None
+    matchers: str = ""  # extra label matchers, e.g. 'finished_reason=~"abort|error"'
+    denominator: tuple[Signal, ...] = ()  # for ratios
+    denominator_matchers: str = ""
+    by: tuple[str, ...] = ()  # extra grouping labels (e.g. xid)
+    help: str = ""
+
+    @property
+    def names(self) -> list[str]:
+        return [n for s in self.signals for n in s.names]
+
+
+def _m(name: str, entity: Entity, kind: Kind, *signals: Signal, **kw: object) -> Measure:
+    return Measure(name, entity, kind, signals, **kw)  # type: ignore[arg-type]
+
+
+E, G = Entity.ENGINE, Entity.GPU
+c = catalog
+
+MEASURES: tuple[Measure, ...] = (
+    # step 1: KV cache
+    _m("kv_usage_max", E, Kind.GAUGE_MAX, c.VLLM_KV_CACHE_USAGE, help="peak KV-cache usage"),
+    _m("kv_usage_avg", E, Kind.GAUGE_AVG, c.VLLM_KV_CACHE_USAGE, help="mean KV-cache usage"),
+    # step 2: queue
+    _m("waiting_max", E, Kind.GAUGE_MAX, c.VLLM_REQUESTS_WAITING, help="peak waiting requests"),
+    _m("waiting_avg", E, Kind.GAUGE_AVG, c.VLLM_REQUESTS_WAITING, help="mean waiting requests"),
+    _m(
+        "waiting_slope",
+        E,
+        Kind.DERIV,
+        c.VLLM_REQUESTS_WAITING,
+        help="waiting requests added per second",
+    ),
+    _m("running_max", E, Kind.GAUGE_MAX, c.VLLM_REQUESTS_RUNNING, help="peak running requests"),
+    _m(
+        "queue_p99",
+        E,
+        Kind.QUANTILE,
+        c.REQUEST_QUEUE_SECONDS,
+        c.VLLM_QUEUE_TIME,
+        c.VLLM_TIME_IN_QUEUE,
+        quantile=0.99,
+        help="p99 time in queue",
+    ),
+    _m(
+        "queue_mean",
+        E,
+        Kind.MEAN,
+        c.REQUEST_QUEUE_SECONDS,
+        c.VLLM_QUEUE_TIME,
+        help="mean time in queue",
+    ),
+    # step 4: preemption / swap
+    _m("preemption_rate", E, Kind.RATE, c.VLLM_NUM_PREEMPTIONS, help="preemptions per second"),
+    _m("swapped_max", E, Kind.GAUGE_MAX, c.VLLM_REQUESTS_SWAPPED, help="peak swapped requests (V0)"),
+    # latency
+    _m("ttft_p50", E, Kind.QUANTILE, c.VLLM_TTFT, quantile=0.5, help="median TTFT"),
+    _m("ttft_p99", E, Kind.QUANTILE, c.VLLM_TTFT, quantile=0.99, help="p99 TTFT"),
+    _m("itl_p50", E, Kind.QUANTILE, c.VLLM_ITL, quantile=0.5, help="median inter-token latency"),
+    _m("itl_p99", E, Kind.QUANTILE, c.VLLM_ITL, quantile=0.99, help="p99 inter-token latency"),
+    _m("e2e_mean", E, Kind.MEAN, c.VLLM_E2E_LATENCY, help="mean end-to-end latency"),
+    _m(
+        "prefill_p99",
+        E,
+        Kind.QUANTILE,
+        c.REQUEST_PREFILL_SECONDS,
+        c.VLLM_PREFILL_TIME,
+        quantile=0.99,
+        help="p99 prefill time",
+    ),
+    _m(
+        "prompt_p50",
+        E,
+        Kind.QUANTILE,
+        c.VLLM_REQUEST_PROMPT_TOKENS,
+        quantile=0.5,
+        help="median prompt length",
+    ),
+    _m(
+        "prompt_p99",
+        E,
+        Kind.QUANTILE,
+        c.VLLM_REQUEST_PROMPT_TOKENS,
+        quantile=0.99,
+        help="p99 prompt length",
+    ),
+    _m("gateway_mean", E, Kind.MEAN, c.REQUEST_GATEWAY_SECONDS, help="mean time in the gateway"),
+    # throughput and errors
+    _m("generation_tps", E, Kind.RATE, c.VLLM_GENERATION_TOKENS, help="generated tokens per second"),
+    _m(
+        "generation_tps_recent",
+        E,
+        Kind.RATE_RECENT,
+        c.VLLM_GENERATION_TOKENS,
+        help="generated tokens per second, last 5 min",
+    ),
+    _m("prompt_tps", E, Kind.RATE, c.VLLM_PROMPT_TOKENS, help="prompt tokens per second"),
+    _m("request_rate", E, Kind.RATE, c.VLLM_REQUEST_SUCCESS, help="finished requests per second"),
+    _m(
+        "error_ratio",
+        E,
+        Kind.RATIO,
+        c.VLLM_REQUEST_SUCCESS,
+        matchers='finished_reason=~"abort|error"',
+        denominator=(c.VLLM_REQUEST_SUCCESS,),
+        help="share of requests ending in abort or error",
+    ),
+    # prefix cache
+    _m(
+        "prefix_hit_recent",
+        E,
+        Kind.RATIO_RECENT,
+        c.VLLM_PREFIX_CACHE_HITS,
+        denominator=(c.VLLM_PREFIX_CACHE_QUERIES,),
+        help="prefix-cache hit rate, last 5 min",
+    ),
+    _m(
+        "prefix_hit_before",
+        E,
+        Kind.RATIO_BEFORE,
+        c.VLLM_PREFIX_CACHE_HITS,
+        denominator=(c.VLLM_PREFIX_CACHE_QUERIES,),
+        help="prefix-cache hit rate before the last 5 min",
+    ),
+    _m(
+        "prefix_hit_gauge",
+        E,
+        Kind.GAUGE_LAST,
+        c.CACHE_PREFIX_HIT_RATIO,
+        c.VLLM_GPU_PREFIX_CACHE_HIT_RATE,
+        help="prefix-cache hit rate gauge (kvscope sliding window, or V0's)",
+    ),
+    _m(
+        "prefix_queries_recent",
+        E,
+        Kind.RATE_RECENT,
+        c.VLLM_PREFIX_CACHE_QUERIES,
+        help="prefix-cache lookups per second, last 5 min",
+    ),
+    # engine configuration
+    _m(
+        "cache_config",
+        E,
+        Kind.GAUGE_LAST,
+        c.VLLM_CACHE_CONFIG_INFO,
+        by=("gpu_memory_utilization", "num_gpu_blocks", "block_size", "cache_dtype"),
+        help="the engine's KV-cache configuration (as labels)",
+    ),
+    _m(
+        "kv_capacity_tokens",
+        E,
+        Kind.GAUGE_LAST,
+        c.CACHE_CAPACITY_TOKENS,
+        help="KV capacity (tokens)",
+    ),
+    # step 3: GPU memory and utilisation
+    _m("gpu_util_avg", G, Kind.GAUGE_AVG, c.DCGM_GPU_UTIL, help="mean GPU utilisation (%)"),
+    _m("fb_used_max", G, Kind.GAUGE_MAX, c.DCGM_FB_USED, help="peak framebuffer used (MiB)"),
+    _m("fb_used_slope", G, Kind.DERIV, c.DCGM_FB_USED, help="framebuffer growth (MiB/s)"),
+    _m("fb_free_min", G, Kind.GAUGE_MIN, c.DCGM_FB_FREE, help="lowest framebuffer free (MiB)"),
+    _m("fb_reserved", G, Kind.GAUGE_LAST, c.DCGM_FB_RESERVED, help="framebuffer reserved (MiB)"),
+    # hardware faults
+    _m(
+        "xid_increase",
+        G,
+        Kind.INCREASE,
+        c.GPU_XID_ERRORS,
+        by=("xid",),
+        help="XIDs counted in the window",
+    ),
+    _m(
+        "xid_changed",
+        G,
+        Kind.CHANGED,
+        c.DCGM_XID_ERRORS,
+        help="sticky last-XID gauge changed in window",
+    ),
+    _m("xid_last", G, Kind.GAUGE_LAST, c.DCGM_XID_ERRORS, help="last XID (dcgm-exporter)"),
+    _m(
+        "row_remap_failure",
+        G,
+        Kind.GAUGE_MAX,
+        c.DCGM_ROW_REMAP_FAILURE,
+        help="row remap failed (1)",
+    ),
+    _m(
+        "remapped_uncorrectable_increase",
+        G,
+        Kind.INCREASE,
+        c.DCGM_UNCORRECTABLE_REMAPPED_ROWS,
+        help="rows remapped for uncorrectable errors",
+    ),
+    # throttling
+    _m("sm_clock_avg", G, Kind.GAUGE_AVG, c.DCGM_SM_CLOCK, help="mean SM clock (MHz)"),
+    _m("app_sm_clock", G, Kind.GAUGE_LAST, c.DCGM_APP_SM_CLOCK, help="base (application) SM clock"),
+    _m("power_avg", G, Kind.GAUGE_AVG, c.DCGM_POWER_USAGE, help="mean power (W)"),
+    _m("power_limit", G, Kind.GAUGE_LAST, c.DCGM_POWER_LIMIT, help="enforced power limit (W)"),
+    _m("temp_max", G, Kind.GAUGE_MAX, c.DCGM_GPU_TEMP, help="peak GPU temperature (C)"),
+    _m("slowdown_temp", G, Kind.GAUGE_LAST, c.DCGM_SLOWDOWN_TEMP, help="slowdown temperature (C)"),
+    _m(
+        "throttle_active",
+        G,
+        Kind.GAUGE_AVG,
+        c.GPU_CLOCK_EVENT_ACTIVE,
+        matchers='reason=~"sw_power_cap|hw_slowdown|sw_thermal_slowdown|hw_thermal_slowdown|hw_power_brake_slowdown"',
+        by=("reason",),
+        help="share of the window a throttle reason was active",
+    ),
+    # PCIe
+    _m("pcie_tx_max", G, Kind.GAUGE_MAX, c.DCGM_PCIE_TX_BYTES, help="peak PCIe TX (B/s)"),
+    _m("pcie_rx_max", G, Kind.GAUGE_MAX, c.DCGM_PCIE_RX_BYTES, help="peak PCIe RX (B/s)"),
+    _m("pcie_tx_avg", G, Kind.GAUGE_AVG, c.DCGM_PCIE_TX_BYTES, help="mean PCIe TX (B/s)"),
+    _m("pcie_rx_avg", G, Kind.GAUGE_AVG, c.DCGM_PCIE_RX_BYTES, help="mean PCIe RX (B/s)"),
+    _m("pcie_gen", G, Kind.GAUGE_MIN, c.DCGM_PCIE_LINK_GEN, help="lowest PCIe generation"),
+    _m("pcie_width", G, Kind.GAUGE_MIN, c.DCGM_PCIE_LINK_WIDTH, help="lowest PCIe width"),
+    _m("pcie_max_gen", G, Kind.GAUGE_LAST, c.DCGM_PCIE_MAX_LINK_GEN, help="maximum PCIe generation"),
+    _m("pcie_max_width", G, Kind.GAUGE_LAST, c.DCGM_PCIE_MAX_LINK_WIDTH, help="maximum PCIe width"),
+    _m("pcie_capacity", G, Kind.GAUGE_LAST, c.GPU_PCIE_LINK_CAPACITY, help="PCIe capacity (B/s)"),
+    _m("pcie_replay_rate", G, Kind.RATE, c.DCGM_PCIE_REPLAY, help="PCIe replays per second"),
+    _m("dram_active_avg", G, Kind.GAUGE_AVG, c.DCGM_DRAM_ACTIVE, help="mean HBM activity (0..1)"),
+    _m(
+        "tensor_active_avg",
+        G,
+        Kind.GAUGE_AVG,
+        c.DCGM_TENSOR_ACTIVE,
+        help="mean tensor-core activity",
+    ),
+    _m("numa_span", G, Kind.GAUGE_MAX, c.GPU_ENGINE_NUMA_NODES, help="NUMA nodes an engine spans"),
+)
+del E, G, c
+
+BY_NAME: dict[str, Measure] = {m.name: m for m in MEASURES}
+
+# Without these the diagnosis cannot say anything about the engine: exit 3, naming them.
+REQUIRED: tuple[str, ...] = ("kv_usage_max", "waiting_max", "running_max")
+
+
+@dataclass
+class Value:
+    """One measure for one entity: the value, the labels that identify the entity, how it was got."""
+
+    value: float
+    labels: dict[str, str]
+    query: str
+
+
+@dataclass
+class Measurements:
+    """Everything fetched for one diagnosis: measure name -> values per entity."""
+
+    values: dict[str, list[Value]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)  # measure -> why it could not be fetched
+
+    def get(self, name: str) -> list[Value]:
+        return self.values.get(name, [])
+
+    def entities(self, name: str) -> dict[tuple[tuple[str, str], ...], Value]:
+        return {entity_key(v.labels, BY_NAME[name].entity): v for v in self.get(name)}
+
+    def has(self, name: str) -> bool:
+        return bool(self.values.get(name))
+
+
+def entity_key(labels: dict[str, str], entity: Entity) -> tuple[tuple[str, str], ...]:
+    """The identifying labels of an entity, in a stable order (missing ones left out)."""
+    return tuple((k, labels[k]) for k in ENTITY_LABELS[entity] if labels.get(k))
+
+
+Fetch = Callable[[Sequence[Measure]], Measurements]

@@ -1,0 +1,145 @@
+"""Rendering a diagnosis: JSON (the fixed kvscope.diagnosis/v1 schema), rich text for a terminal
+(the triage walk first, then the verdict), Markdown for an incident channel. Renderers never
+decide."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from diagnosis.findings import SCHEMA, Finding
+from diagnosis.sources import format_duration, rfc3339
+from diagnosis.verdict import Diagnosis
+
+_STYLE = {
+    "ok": "green",
+    "info": "cyan",
+    "warning": "yellow",
+    "critical": "bold red",
+    "fail": "red",
+    "skipped": "dim",
+}
+
+
+def _finding(f: Finding) -> dict[str, Any]:
+    return {
+        "id": f.id,
+        "severity": f.severity.value,
+        "confidence": f.confidence,
+        "summary": f.summary,
+        "affected": f.affected,
+        "evidence": [
+            {"query": e.query, "value": e.value, "threshold": e.threshold, "labels": e.labels} for e in f.evidence
+        ],
+        "remediation": f.remediation,
+    }
+
+
+def to_dict(d: Diagnosis) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "schema": SCHEMA,
+        "at": rfc3339(d.at),
+        "window": format_duration(d.window),
+        "source": d.source,
+        "bottleneck": d.bottleneck,
+        "severity": d.severity.value,
+        "confidence": d.confidence,
+        "summary": d.summary,
+        "affected": d.affected,
+        "steps": [{"step": s.step, "name": s.name, "status": s.status, "detail": s.detail} for s in d.steps],
+        "findings": [_finding(f) for f in d.findings],
+    }
+    if d.missing:
+        out["missing"] = d.missing
+    return out
+
+
+def to_json(d: Diagnosis) -> str:
+    return json.dumps(to_dict(d), indent=2)
+
+
+def _value(v: float) -> str:
+    return f"{v:,.4g}" if abs(v) < 1e6 else f"{v:,.3e}"
+
+
+def render_text(d: Diagnosis, console: Console) -> None:
+    steps = Table(
+        title=f"five-step triage at {rfc3339(d.at)} over {format_duration(d.window)} ({d.source})",
+        title_justify="left",
+        expand=True,
+    )
+    steps.add_column("#", width=2)
+    steps.add_column("step", width=22)
+    steps.add_column("status", width=8)
+    steps.add_column("detail", overflow="fold")
+    for s in d.steps:
+        steps.add_row(str(s.step), s.name, Text(s.status, style=_STYLE[s.status]), s.detail)
+    console.print(steps)
+    head = Text.assemble(
+        ("bottleneck: ", "bold"),
+        (d.bottleneck, _STYLE.get(d.severity.value, "")),
+        f"   severity {d.severity.value}   confidence {d.confidence:.2f}",
+    )
+    parts: list[Any] = [head, Text(d.summary)]
+    if d.affected:
+        parts.append(Text("affected: " + "; ".join(", ".join(f"{k}={v}" for k, v in a.items()) for a in d.affected)))
+    console.print(Panel(Group(*parts), title="verdict", border_style=_STYLE.get(d.severity.value, "white")))
+    for f in d.findings:
+        table = Table(
+            show_header=True,
+            expand=True,
+            title=f"{f.id} ({f.severity.value}, confidence {f.confidence:.2f})",
+            title_justify="left",
+        )
+        table.add_column("evidence", overflow="fold")
+        table.add_column("value", justify="right", width=12)
+        table.add_column("threshold", justify="right", width=12)
+        for e in f.evidence:
+            table.add_row(e.query, _value(e.value), "" if e.threshold is None else _value(e.threshold))
+        console.print(table)
+        for step in f.remediation:
+            console.print(f"  fix: {step}", highlight=False)
+    if d.missing:
+        console.print(f"missing: {', '.join(d.missing)}", style="red")
+
+
+def render_markdown(d: Diagnosis) -> str:
+    icon = {"ok": "OK", "info": "INFO", "warning": "WARNING", "critical": "CRITICAL"}[d.severity.value]
+    lines = [
+        f"### kvscope diagnosis: `{d.bottleneck}` ({icon}, confidence {d.confidence:.2f})",
+        "",
+        d.summary,
+        "",
+        f"At {rfc3339(d.at)}, window {format_duration(d.window)}, source `{d.source}`.",
+    ]
+    if d.affected:
+        lines += [
+            "",
+            "**Affected:** " + "; ".join(", ".join(f"`{k}={v}`" for k, v in a.items()) for a in d.affected),
+        ]
+    lines += ["", "| # | triage step | status | detail |", "| --- | --- | --- | --- |"]
+    lines += [f"| {s.step} | {s.name} | {s.status} | {s.detail.replace('|', '/')} |" for s in d.steps]
+    for f in d.findings:
+        lines += [
+            "",
+            f"#### {f.id} ({f.severity.value}, confidence {f.confidence:.2f})",
+            "",
+            f.summary,
+            "",
+            "| evidence | value | threshold |",
+            "| --- | --- | --- |",
+        ]
+        lines += [
+            f"| `{e.query.replace('|', '/')}` | {_value(e.value)} | "
+            f"{'' if e.threshold is None else _value(e.threshold)} |"
+            for e in f.evidence
+        ]
+        lines += ["", "Fix:"] + [f"- {r}" for r in f.remediation]
+    if d.missing:
+        lines += ["", f"Missing: {', '.join(d.missing)}"]
+    return "\n".join(lines) + "\n"

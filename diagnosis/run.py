@@ -1,0 +1,63 @@
+"""One diagnosis end to end: fetch (Prometheus, scrape or bundle), decide, optionally save the
+evidence. What the CLI and the Alertmanager webhook call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from diagnosis.measures import MEASURES
+from diagnosis.sources import SourceError
+from diagnosis.sources import bundle as bundles
+from diagnosis.sources.prometheus import PrometheusSource
+from diagnosis.sources.scrape import ScrapeSource
+from diagnosis.verdict import Diagnosis, diagnose
+
+
+@dataclass
+class Request:
+    prometheus: str | None = None
+    scrape: list[str] = field(default_factory=list)
+    bundle: Path | None = None
+    at: float = 0.0
+    window: float = 1800.0
+    selector: str = ""
+    path_prefix: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    bearer_token: str | None = None
+    interval: float = 10.0
+    save_bundle: Path | None = None
+
+
+def run(request: Request) -> Diagnosis:
+    """Raises SourceError when the source cannot be used at all."""
+    if request.bundle is not None:
+        saved = bundles.load(request.bundle)
+        measurements, at, window, source = (
+            saved.measurements,
+            saved.at,
+            saved.window,
+            f"bundle {request.bundle}",
+        )
+    elif request.scrape:
+        scraper = ScrapeSource(request.scrape, interval=request.interval)
+        measurements = scraper.fetch(MEASURES)
+        at, window, source = request.at, request.interval, scraper.name
+    elif request.prometheus:
+        prom = PrometheusSource(
+            request.prometheus,
+            request.path_prefix,
+            request.headers,
+            request.bearer_token,
+            selector=request.selector,
+        )
+        try:
+            measurements = prom.fetch(MEASURES, request.at, request.window)
+        finally:
+            prom.close()
+        at, window, source = request.at, request.window, prom.name
+    else:
+        raise SourceError("no source: give --prometheus URL, --scrape URL or --bundle FILE")
+    if request.save_bundle is not None:
+        bundles.save(request.save_bundle, bundles.Bundle(at, window, source, measurements))
+    return diagnose(measurements, at, window, source)

@@ -1,0 +1,194 @@
+"""From measurements to a diagnosis: run the checks, walk the five-step triage, pick the root
+cause. Seed 000's triage, in order: 1 KV-cache usage, 2 waiting queue and queue time, 3 GPU
+memory and utilisation, 4 preemption / swap frequency, 5 kernel level."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from diagnosis.checks import Context, all_checks, value
+from diagnosis.findings import (
+    HEALTHY,
+    INSUFFICIENT_DATA,
+    ROOT_CAUSE_ORDER,
+    Finding,
+    Severity,
+    describe,
+)
+from diagnosis.measures import BY_NAME, REQUIRED, Measurements
+from kvscope import exitcodes
+from kvscope import thresholds as t
+
+
+@dataclass
+class Step:
+    step: int
+    name: str
+    status: str  # ok | fail | skipped
+    detail: str
+
+
+@dataclass
+class Diagnosis:
+    at: float
+    window: float
+    source: str
+    bottleneck: str
+    severity: Severity
+    confidence: float
+    summary: str
+    affected: list[dict[str, str]] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        if self.bottleneck == INSUFFICIENT_DATA:
+            return exitcodes.UNDIAGNOSABLE
+        return {Severity.CRITICAL: exitcodes.CRITICAL, Severity.WARNING: exitcodes.WARNING}.get(
+            self.severity, exitcodes.OK
+        )
+
+
+def missing_required(m: Measurements) -> list[str]:
+    """The required series the source lacks, as metric names (with their fallbacks)."""
+    return [" or ".join(BY_NAME[name].names[:2]) for name in REQUIRED if not m.has(name)]
+
+
+def diagnose(m: Measurements, at: float, window: float, source: str) -> Diagnosis:
+    missing = missing_required(m)
+    if missing:
+        return Diagnosis(
+            at,
+            window,
+            source,
+            INSUFFICIENT_DATA,
+            Severity.OK,
+            0.0,
+            f"cannot diagnose: the source has no {', '.join(missing)} in the window",
+            steps=[Step(i + 1, n, "skipped", "no data") for i, n in enumerate(STEP_NAMES)],
+            missing=missing,
+        )
+    ctx = Context.of(m)
+    findings = [f for check in all_checks() if (f := check(ctx)) is not None]
+    findings.sort(key=lambda f: (ROOT_CAUSE_ORDER.index(f.id), -f.severity.rank, -f.confidence))
+    steps = triage(ctx, findings)
+    if not findings:
+        confidence = 0.9 if ctx.gpus else 0.7  # without GPU data, hardware is unchecked
+        return Diagnosis(
+            at,
+            window,
+            source,
+            HEALTHY,
+            Severity.OK,
+            confidence,
+            "healthy: KV cache, queue, GPUs and hardware are within their thresholds",
+            steps=steps,
+        )
+    primary = findings[0]
+    severity = max((f.severity for f in findings), key=lambda s: s.rank)
+    also = [f.id for f in findings[1:]]
+    summary = primary.summary + (f" Also: {', '.join(also)}." if also else "")
+    return Diagnosis(
+        at,
+        window,
+        source,
+        primary.id,
+        severity,
+        primary.confidence,
+        summary,
+        affected=primary.affected,
+        steps=steps,
+        findings=findings,
+    )
+
+
+STEP_NAMES = ("kv_cache", "queue", "gpu_memory_utilization", "preemption", "kernels")
+
+
+def _worst(ctx: Context, name: str, entities: str = "engines") -> tuple[float, str] | None:
+    views = ctx.engines if entities == "engines" else ctx.gpus
+    best: tuple[float, str] | None = None
+    for view in views.values():
+        v = value(view, name)
+        if v is not None and (best is None or v > best[0]):
+            labels = view[name][0].labels
+            best = (v, describe(labels))
+    return best
+
+
+def triage(ctx: Context, findings: list[Finding]) -> list[Step]:
+    ids = {f.id for f in findings}
+    steps = []
+    kv = _worst(ctx, "kv_usage_max")
+    if kv is None:
+        steps.append(Step(1, "kv_cache", "skipped", "no KV-cache usage series"))
+    else:
+        status = "fail" if kv[0] >= t.KV_USAGE_CRITICAL.value else "ok"
+        steps.append(
+            Step(
+                1,
+                "kv_cache",
+                status,
+                f"peak KV-cache usage {kv[0]:.0%} on {kv[1]} (threshold {t.KV_USAGE_CRITICAL.value:.0%})",
+            )
+        )
+    queue, waiting, slope = (
+        _worst(ctx, "queue_p99"),
+        _worst(ctx, "waiting_max"),
+        _worst(ctx, "waiting_slope"),
+    )
+    if waiting is None:
+        steps.append(Step(2, "queue", "skipped", "no waiting-queue series"))
+    else:
+        growing = slope is not None and slope[0] > t.QUEUE_GROWTH.value
+        slow = queue is not None and queue[0] >= t.QUEUE_TIME_P99.value
+        status = "fail" if growing or slow or waiting[0] >= t.QUEUE_BACKLOG.value else "ok"
+        detail = f"up to {waiting[0]:.0f} waiting on {waiting[1]}"
+        if queue is not None:
+            detail += f", p99 queue time {queue[0]:.2f} s (threshold {t.QUEUE_TIME_P99.value:g} s)"
+        if growing and slope is not None:
+            detail += f", growing {slope[0]:.2f}/s"
+        steps.append(Step(2, "queue", status, detail))
+    util, used = _worst(ctx, "gpu_util_avg", "gpus"), _worst(ctx, "fb_used_max", "gpus")
+    if util is None and used is None:
+        steps.append(Step(3, "gpu_memory_utilization", "skipped", "no GPU series (no DCGM / NVML exporter)"))
+    else:
+        status = "fail" if ids & {"gpu_memory_pressure", "gpu_hardware_fault"} else "ok"
+        parts = []
+        if used is not None:
+            parts.append(f"peak framebuffer use {used[0]:,.0f} MiB on {used[1]}")
+        if util is not None:
+            parts.append(f"busiest GPU {util[0]:.0f} % on average ({util[1]})")
+        steps.append(Step(3, "gpu_memory_utilization", status, "; ".join(parts)))
+    preempt, swapped = _worst(ctx, "preemption_rate"), _worst(ctx, "swapped_max")
+    if preempt is None and swapped is None:
+        steps.append(Step(4, "preemption", "skipped", "no preemption or swap series"))
+    else:
+        rate = preempt[0] if preempt else 0.0
+        status = "fail" if rate > t.PREEMPTION_RATE.value or (swapped and swapped[0] > 0) else "ok"
+        detail = f"{rate:.2f} preemptions/s at most (threshold {t.PREEMPTION_RATE.value:g}/s)"
+        if swapped is not None:
+            detail += f"; up to {swapped[0]:.0f} swapped (V0)"
+        steps.append(Step(4, "preemption", status, detail))
+    dram = _worst(ctx, "dram_active_avg", "gpus")
+    capture = (
+        "next: capture the engine's kernels. vLLM's profiler: VLLM_TORCH_PROFILER_DIR=/tmp/vllm-prof, then "
+        "curl -X POST <server>/start_profile, load for 30 s, curl -X POST <server>/stop_profile; or "
+        "nsys profile -t cuda,nvtx,osrt -o vllm-%p --delay 60 --duration 30 <vllm command>; "
+        "one kernel in depth: ncu --target-processes all -k regex:attention --launch-count 20 -o attn <vllm command>"
+    )
+    if dram is None:
+        steps.append(
+            Step(
+                5,
+                "kernels",
+                "skipped",
+                "no DCGM profiling fields (DRAM / tensor activity); " + capture,
+            )
+        )
+    else:
+        status = "fail" if "decode_bandwidth_bound" in ids else "ok"
+        steps.append(Step(5, "kernels", status, f"HBM active {dram[0]:.0%} on {dram[1]}; " + capture))
+    return steps

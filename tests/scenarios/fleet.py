@@ -1,0 +1,371 @@
+"""A recorded-style fleet: plain vLLM (V1, or 0.6-era legacy names) and plain dcgm-exporter
+series, step by step, as Prometheus would have scraped them.
+
+Each engine instance runs on its own node with one GPU. Its state at time t (load, latency
+distributions, KV usage, GPU readings) comes from a behaviour function; counters integrate
+rates, histograms accumulate lognormal observations into vLLM's own bucket boundaries, so
+histogram_quantile recovers the intended medians and p99s. Written as OpenMetrics with
+timestamps for `promtool tsdb create-blocks-from openmetrics`, or as a /metrics page at one
+moment for the scrape path.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+
+from vllm.v1.metrics.buckets import (
+    INTER_TOKEN_LATENCY_BUCKETS,
+    REQUEST_LATENCY_BUCKETS,
+    TIME_TO_FIRST_TOKEN_BUCKETS,
+    histogram_buckets,
+)
+
+from kvscope import catalog as c
+
+PROMPT_BUCKETS = tuple(float(b) for b in histogram_buckets("request_tokens", max_model_len=32768))
+MODEL = "llama-3.1-70b"
+GPU_MODEL = "NVIDIA H100 80GB HBM3"
+FB_TOTAL_MIB = 81559.0
+FB_RESERVED_MIB = 512.0
+
+
+@dataclass(frozen=True)
+class State:
+    """One instance (and its GPU) at one moment."""
+
+    rate: float = 5.0  # requests/s
+    prompt_median: float = 800.0
+    prompt_p99: float = 3000.0
+    output: float = 200.0
+    kv: float = 0.45
+    waiting: float = 1.0
+    running: float = 20.0
+    preempt_rate: float = 0.0
+    swapped: float = 0.0
+    queue: tuple[float, float] = (0.02, 0.2)  # median, p99 (s)
+    ttft: tuple[float, float] = (0.12, 0.6)
+    itl: tuple[float, float] = (0.025, 0.06)
+    prefill: tuple[float, float] = (0.08, 0.4)
+    hit: float = 0.55
+    error_share: float = 0.002
+    memory_share: float = 0.92
+    gateway_mean: float | None = None
+    # GPU
+    util: float = 65.0
+    fb_used: float = 0.92 * FB_TOTAL_MIB
+    temp: float = 62.0
+    power: float = 480.0
+    sm_clock: float = 1980.0
+    pcie_rx: float = 2e9
+    pcie_tx: float = 1e9
+    xid: float = 0.0
+    remap_failure: float = 0.0
+    dram_active: float | None = None
+    engine_up: bool = True
+
+
+Behaviour = Callable[[float], State]  # minutes since the start -> state
+
+
+@dataclass
+class Instance:
+    name: str
+    behaviour: Behaviour
+    legacy: bool = False  # vLLM 0.5/0.6 names
+    gpus: int = 1  # GPUs on the instance's node (all behave alike)
+
+    @property
+    def engine_labels(self) -> dict[str, str]:
+        return {
+            "instance": f"{self.name}:8000",
+            "job": "vllm",
+            "model_name": MODEL,
+            "namespace": "prod",
+            "pod": self.name,
+        }
+
+    @property
+    def gpu_labels(self) -> dict[str, str]:
+        return self.gpu(0)
+
+    def gpu(self, index: int) -> dict[str, str]:
+        node = self.name.replace("vllm", "node")
+        return {
+            "instance": f"{node}:9400",
+            "job": "dcgm-exporter",
+            "gpu": str(index),
+            "UUID": f"GPU-{zlib.crc32(self.name.encode()) % 10**8:08d}-0000-4000-8000-{index:012d}",
+            "pci_bus_id": f"00000000:{0x18 + 0x10 * index:02X}:00.0",
+            "device": f"nvidia{index}",
+            "modelName": GPU_MODEL,
+            "Hostname": node,
+        }
+
+
+def _lognormal_cdf(x: float, median: float, p99: float) -> float:
+    if x <= 0:
+        return 0.0
+    if math.isinf(x):
+        return 1.0
+    sigma = max(math.log(max(p99, median * 1.0001) / median) / 2.326, 1e-6)
+    return 0.5 * (1 + math.erf(math.log(x / median) / (sigma * math.sqrt(2))))
+
+
+@dataclass
+class _Histogram:
+    bounds: tuple[float, ...]
+    counts: list[float] = field(default_factory=list)
+    total: float = 0.0
+    n: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.counts = [0.0] * (len(self.bounds) + 1)
+
+    def observe(self, count: float, median: float, p99: float) -> None:
+        for i, bound in enumerate((*self.bounds, math.inf)):
+            self.counts[i] += count * _lognormal_cdf(bound, median, p99)
+        sigma = math.log(max(p99, median * 1.0001) / median) / 2.326
+        self.total += count * median * math.exp(sigma * sigma / 2)
+        self.n += count
+
+    def samples(self, name: str, labels: dict[str, str]) -> Iterable[tuple[str, dict[str, str], float]]:
+        for bound, count in zip((*self.bounds, math.inf), self.counts, strict=True):
+            le = "+Inf" if math.isinf(bound) else repr(float(bound))
+            yield name + "_bucket", {**labels, "le": le}, round(count, 3)
+        yield name + "_sum", labels, round(self.total, 6)
+        yield name + "_count", labels, round(self.n, 3)
+
+
+@dataclass
+class _Counters:
+    prompt: float = 0.0
+    generation: float = 0.0
+    finished: dict[str, float] = field(default_factory=lambda: {"stop": 0.0, "length": 0.0, "abort": 0.0, "error": 0.0})
+    preemptions: float = 0.0
+    queries: float = 0.0
+    hits: float = 0.0
+    energy: float = 0.0
+    gateway_sum: float = 0.0
+    gateway_count: float = 0.0
+
+
+class Simulation:
+    """Steps a fleet through time; `series()` yields (name, labels, value) at the current step."""
+
+    def __init__(
+        self,
+        instances: list[Instance],
+        extra_labels: dict[str, str] | None = None,
+        kvscope_extras: bool = False,
+    ) -> None:
+        self.instances = instances
+        self.extra = dict(extra_labels or {})
+        self.kvscope_extras = kvscope_extras
+        self.minute = 0.0
+        self.counters = {i.name: _Counters() for i in instances}
+        self.histograms = {
+            i.name: {
+                "ttft": _Histogram(TIME_TO_FIRST_TOKEN_BUCKETS),
+                "itl": _Histogram(INTER_TOKEN_LATENCY_BUCKETS),
+                "queue": _Histogram(REQUEST_LATENCY_BUCKETS),
+                "prefill": _Histogram(REQUEST_LATENCY_BUCKETS),
+                "e2e": _Histogram(REQUEST_LATENCY_BUCKETS),
+                "prompt": _Histogram(PROMPT_BUCKETS),
+            }
+            for i in instances
+        }
+        self.states = {i.name: i.behaviour(0.0) for i in instances}
+
+    def step(self, seconds: float) -> None:
+        self.minute += seconds / 60
+        for inst in self.instances:
+            s = inst.behaviour(self.minute)
+            self.states[inst.name] = s
+            if not s.engine_up:
+                continue
+            k, h, n = self.counters[inst.name], self.histograms[inst.name], s.rate * seconds
+            prompt_mean = s.prompt_median * 1.3
+            k.prompt += n * prompt_mean
+            k.generation += n * s.output
+            k.finished["length"] += n * (1 - s.error_share) * 0.7
+            k.finished["stop"] += n * (1 - s.error_share) * 0.3
+            k.finished["abort"] += n * s.error_share / 2
+            k.finished["error"] += n * s.error_share / 2
+            k.preemptions += s.preempt_rate * seconds
+            k.queries += n * prompt_mean
+            k.hits += n * prompt_mean * s.hit
+            k.energy += s.power * seconds * 1000
+            if s.gateway_mean is not None:
+                k.gateway_sum += n * s.gateway_mean
+                k.gateway_count += n
+            h["ttft"].observe(n, *s.ttft)
+            h["itl"].observe(n * s.output, *s.itl)
+            h["queue"].observe(n, *s.queue)
+            h["prefill"].observe(n, *s.prefill)
+            e2e = s.ttft[0] + s.output * s.itl[0]
+            h["e2e"].observe(n, e2e, e2e * 3)
+            h["prompt"].observe(n, s.prompt_median, s.prompt_p99)
+
+    def series(self) -> Iterable[tuple[str, str, dict[str, str], float]]:
+        """(family type, name, labels, value) for every series now."""
+        for inst in self.instances:
+            s, k, labels = (
+                self.states[inst.name],
+                self.counters[inst.name],
+                {**inst.engine_labels, **self.extra},
+            )
+            for index in range(inst.gpus):
+                yield from self._gpu(s, {**inst.gpu(index), **self.extra}, k)
+            if not s.engine_up:
+                continue
+            kv = c.VLLM_KV_CACHE_USAGE.aliases[0] if inst.legacy else c.VLLM_KV_CACHE_USAGE.name
+            yield "gauge", kv, labels, s.kv
+            yield "gauge", c.VLLM_REQUESTS_WAITING.name, labels, s.waiting
+            yield "gauge", c.VLLM_REQUESTS_RUNNING.name, labels, s.running
+            if inst.legacy:
+                yield "gauge", c.VLLM_REQUESTS_SWAPPED.name, labels, s.swapped
+            yield (
+                "gauge",
+                c.VLLM_CACHE_CONFIG_INFO.name,
+                {
+                    **labels,
+                    "block_size": "16",
+                    "num_gpu_blocks": "20000",
+                    "gpu_memory_utilization": str(s.memory_share),
+                    "cache_dtype": "auto",
+                },
+                1.0,
+            )
+            yield "counter", c.VLLM_NUM_PREEMPTIONS.name, labels, round(k.preemptions, 3)
+            yield "counter", c.VLLM_PROMPT_TOKENS.name, labels, round(k.prompt, 1)
+            yield "counter", c.VLLM_GENERATION_TOKENS.name, labels, round(k.generation, 1)
+            for reason, value in k.finished.items():
+                yield (
+                    "counter",
+                    c.VLLM_REQUEST_SUCCESS.name,
+                    {**labels, "finished_reason": reason},
+                    round(value, 3),
+                )
+            queries = c.VLLM_PREFIX_CACHE_QUERIES.aliases[0] if inst.legacy else c.VLLM_PREFIX_CACHE_QUERIES.name
+            hits = c.VLLM_PREFIX_CACHE_HITS.aliases[0] if inst.legacy else c.VLLM_PREFIX_CACHE_HITS.name
+            yield "counter", queries, labels, round(k.queries, 1)
+            yield "counter", hits, labels, round(k.hits, 1)
+            h = self.histograms[inst.name]
+            for key, signal in (
+                ("ttft", c.VLLM_TTFT),
+                ("itl", c.VLLM_ITL),
+                ("queue", c.VLLM_QUEUE_TIME),
+                ("prefill", c.VLLM_PREFILL_TIME),
+                ("e2e", c.VLLM_E2E_LATENCY),
+                ("prompt", c.VLLM_REQUEST_PROMPT_TOKENS),
+            ):
+                name = signal.aliases[0] if inst.legacy and signal.aliases else signal.name
+                for sample_name, sample_labels, value in h[key].samples(name, labels):
+                    yield "histogram:" + name, sample_name, sample_labels, value
+            if self.kvscope_extras and k.gateway_count:
+                yield (
+                    "gauge",
+                    c.REQUEST_GATEWAY_SECONDS.name + "_sum",
+                    labels,
+                    round(k.gateway_sum, 6),
+                )
+                yield (
+                    "gauge",
+                    c.REQUEST_GATEWAY_SECONDS.name + "_count",
+                    labels,
+                    round(k.gateway_count, 3),
+                )
+
+    def _gpu(self, s: State, labels: dict[str, str], k: _Counters) -> Iterable[tuple[str, str, dict[str, str], float]]:
+        if s.xid:
+            yield (
+                "gauge",
+                c.DCGM_XID_ERRORS.name,
+                {**labels, "err_code": str(int(s.xid)), "err_msg": ""},
+                s.xid,
+            )
+        else:
+            yield "gauge", c.DCGM_XID_ERRORS.name, {**labels, "err_code": "0", "err_msg": ""}, 0.0
+        if not s.engine_up and s.xid == 79:
+            return  # fallen off the bus: the rest of the GPU's series stop
+        free = FB_TOTAL_MIB - FB_RESERVED_MIB - s.fb_used
+        for signal, value in (
+            (c.DCGM_GPU_UTIL, s.util),
+            (c.DCGM_FB_USED, s.fb_used),
+            (c.DCGM_FB_FREE, max(free, 0.0)),
+            (c.DCGM_FB_RESERVED, FB_RESERVED_MIB),
+            (c.DCGM_GPU_TEMP, s.temp),
+            (c.DCGM_MEMORY_TEMP, s.temp + 5),
+            (c.DCGM_POWER_USAGE, s.power),
+            (c.DCGM_SM_CLOCK, s.sm_clock),
+            (c.DCGM_MEM_CLOCK, 2619.0),
+            (c.DCGM_PCIE_RX_BYTES, s.pcie_rx),
+            (c.DCGM_PCIE_TX_BYTES, s.pcie_tx),
+            (c.DCGM_ROW_REMAP_FAILURE, s.remap_failure),
+            (c.DCGM_TOTAL_ENERGY, round(k.energy)),
+            (c.DCGM_PCIE_REPLAY, 0.0),
+        ):
+            yield "gauge", signal.name, labels, value
+        if s.dram_active is not None:
+            yield "gauge", c.DCGM_DRAM_ACTIVE.name, labels, s.dram_active
+
+
+def openmetrics(simulations: list[Simulation], start: float, minutes: float, step: float = 30.0) -> str:
+    """Every series of every simulation at every step, grouped by family, as OpenMetrics."""
+    families: dict[str, tuple[str, dict[tuple, list[str]]]] = {}
+    t = start
+    for _ in range(int(minutes * 60 / step) + 1):
+        for sim in simulations:
+            for kind, name, labels, value in sim.series():
+                family_type, _, family = kind.partition(":")
+                family = family or name
+                omtype = "histogram" if family_type == "histogram" else "counter" if kind == "counter" else "gauge"
+                if omtype == "counter":
+                    family = name.removesuffix("_total")
+                entry = families.setdefault(family, (omtype, {}))[1]
+                key = (name, tuple(sorted(labels.items())))
+                text = ",".join(f'{lk}="{lv}"' for lk, lv in sorted(labels.items()))
+                entry.setdefault(key, []).append(f"{name}{{{text}}} {value} {t:.3f}")
+        for sim in simulations:
+            sim.step(step)
+        t += step
+    lines = []
+    for family, (omtype, series) in families.items():
+        lines.append(f"# TYPE {family} {omtype}")
+        for samples in series.values():
+            lines.extend(samples)
+    lines.append("# EOF")
+    return "\n".join(lines) + "\n"
+
+
+def page(sim: Simulation) -> str:
+    """The /metrics text of every instance and GPU right now (no timestamps)."""
+    lines = []
+    for _kind, name, labels, value in sim.series():
+        labels = {k: v for k, v in labels.items() if k not in ("instance", "job")}
+        text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        lines.append(f"{name}{{{text}}} {value}")
+    return "\n".join(lines) + "\n"
+
+
+def after(minute: float, healthy: State, faulty: State) -> Behaviour:
+    """Healthy until `minute`, then the fault."""
+    return lambda m: faulty if m >= minute else healthy
+
+
+def fleet(
+    name: str,
+    faults: dict[int, Behaviour] | None = None,
+    base: State | None = None,
+    size: int = 3,
+    legacy: bool = False,
+) -> list[Instance]:
+    """`size` instances vllm-<name>-<i>; instance i behaves per faults[i], else healthy."""
+    healthy = base or State()
+    return [Instance(f"vllm-{name}-{i}", (faults or {}).get(i, lambda m, h=healthy: h), legacy) for i in range(size)]
+
+
+__all__ = ["Simulation", "State", "after", "fleet", "openmetrics", "page", "replace"]

@@ -1,0 +1,220 @@
+"""Each check on hand-built measurements: fires on its condition, stays silent just below."""
+
+import pytest
+
+from diagnosis.checks import (
+    Context,
+    decode,
+    gateway,
+    hardware,
+    kv_cache,
+    memory,
+    pcie,
+    prefill,
+    prefix,
+    saturation,
+    throttling,
+    underutilized,
+)
+from diagnosis.measures import Measurements, Value
+from diagnosis.verdict import diagnose
+from kvscope import exitcodes
+from kvscope import thresholds as t
+
+ENGINE = {"instance": "10.0.0.1:8000", "pod": "vllm-0", "namespace": "prod", "model_name": "m"}
+GPU = {
+    "instance": "node-0:9400",
+    "Hostname": "node-0",
+    "gpu": "0",
+    "UUID": "GPU-1",
+    "modelName": "NVIDIA H100 80GB HBM3",
+}
+BASE_ENGINE = dict(
+    kv_usage_max=0.5,
+    kv_usage_avg=0.4,
+    waiting_max=1,
+    waiting_slope=0.0,
+    running_max=20,
+    preemption_rate=0.0,
+    queue_p99=0.2,
+    ttft_p50=0.1,
+    ttft_p99=0.5,
+    itl_p50=0.02,
+    itl_p99=0.05,
+    prompt_p50=800,
+    prompt_p99=3000,
+    request_rate=5,
+    generation_tps=1000,
+    generation_tps_recent=1000,
+)
+BASE_GPU = dict(
+    gpu_util_avg=65,
+    fb_used_max=75000,
+    fb_free_min=6047,
+    fb_reserved=512,
+    sm_clock_avg=1980,
+    temp_max=62,
+    power_avg=480,
+    pcie_rx_avg=2e9,
+    pcie_tx_avg=1e9,
+)
+
+
+def measurements(engine=None, gpu=None, config=None) -> Measurements:
+    m = Measurements()
+    for name, v in {**BASE_ENGINE, **(engine or {})}.items():
+        if v is not None:
+            m.values[name] = [Value(float(v), dict(ENGINE), f"q:{name}")]
+    for name, v in {**BASE_GPU, **(gpu or {})}.items():
+        if v is not None:
+            m.values[name] = [Value(float(v), dict(GPU), f"q:{name}")]
+    if config is not None:
+        m.values["cache_config"] = [Value(1.0, {**ENGINE, "gpu_memory_utilization": str(config)}, "q")]
+    return m
+
+
+def fires(check, **kw) -> bool:
+    return check(Context.of(measurements(**kw))) is not None
+
+
+def test_the_baseline_is_healthy():
+    result = diagnose(measurements(config=0.92), 0, 900, "test")
+    assert result.bottleneck == "healthy" and result.exit_code == exitcodes.OK
+
+
+def test_kv_exhaustion_needs_a_full_pool_and_preemptions():
+    assert fires(kv_cache.check, engine={"kv_usage_max": 0.95, "preemption_rate": 0.5})
+    assert not fires(kv_cache.check, engine={"kv_usage_max": 0.95, "preemption_rate": 0.0})
+    assert not fires(kv_cache.check, engine={"kv_usage_max": 0.89, "preemption_rate": 0.5})
+    assert fires(kv_cache.check, engine={"kv_usage_max": 0.92, "swapped_max": 3})  # V0 swapped instead
+
+
+def test_kv_remediation_uses_the_pool_size():
+    ctx = Context.of(
+        measurements(
+            engine={
+                "kv_usage_max": 0.97,
+                "preemption_rate": 1,
+                "kv_capacity_tokens": 100000,
+                "prompt_p99": 6000,
+            }
+        )
+    )
+    finding = kv_cache.check(ctx)
+    assert "100,000 tokens" in finding.remediation[0] and "--max-num-seqs 15" in finding.remediation[0]
+
+
+def test_head_of_line_needs_a_long_prompt_tail_and_a_free_pool():
+    hol = {"ttft_p50": 0.1, "ttft_p99": 3.0, "prompt_p99": 8000}
+    assert fires(prefill.check, engine=hol)
+    assert not fires(prefill.check, engine={**hol, "prompt_p99": 3000})  # no long prompts: not HOL
+    assert not fires(prefill.check, engine={**hol, "ttft_p99": 0.9})  # tail ratio 9 < 10
+    assert not fires(prefill.check, engine={**hol, "kv_usage_max": 0.95})  # a full pool is the KV check's
+    assert not fires(prefill.check, engine={"ttft_p50": 0.01, "ttft_p99": 0.2, "prompt_p99": 8000})  # below floor
+
+
+def test_saturation_needs_a_growing_queue_slow_queueing_and_an_even_tail():
+    sat = {
+        "waiting_slope": 0.1,
+        "waiting_max": 60,
+        "queue_p99": 4.0,
+        "ttft_p50": 3.0,
+        "ttft_p99": 9.0,
+    }
+    assert fires(saturation.check, engine=sat)
+    assert not fires(saturation.check, engine={**sat, "waiting_slope": 0.005})
+    assert not fires(saturation.check, engine={**sat, "queue_p99": 0.9})
+    assert not fires(saturation.check, engine={**sat, "preemption_rate": 1.0})
+
+
+def test_prefix_miss_is_a_drop_not_a_low_level():
+    assert fires(
+        prefix.check,
+        engine={"prefix_hit_before": 0.85, "prefix_hit_recent": 0.3, "prefix_queries_recent": 100},
+    )
+    assert fires(
+        prefix.check,
+        engine={"prefix_hit_before": 0.5, "prefix_hit_recent": 0.2, "prefix_queries_recent": 100},
+    )
+    assert not fires(
+        prefix.check,
+        engine={"prefix_hit_before": 0.3, "prefix_hit_recent": 0.28, "prefix_queries_recent": 100},
+    )
+    assert not fires(
+        prefix.check,
+        engine={"prefix_hit_before": 0.85, "prefix_hit_recent": 0.76, "prefix_queries_recent": 100},
+    )
+
+
+def test_memory_is_judged_against_the_engines_budget_not_the_card():
+    full = {"fb_used_max": 0.94 * 81559, "fb_free_min": 0.06 * 81559 - 512}
+    assert not fires(memory.check, gpu=full, config=0.92)  # 94 % on a 92 % engine: within 3 points
+    assert fires(memory.check, gpu=full, config=0.88)  # 94 % on an 88 % engine: someone else's
+    leaking = {"fb_used_max": 80000, "fb_free_min": 1047, "fb_used_slope": 3.0}
+    assert fires(memory.check, gpu=leaking)  # no budget known, but near OOM and growing
+
+
+def test_hardware_faults_by_xid_bucket():
+    def xid(code, value=1):
+        m = measurements()
+        m.values["xid_increase"] = [Value(value, {**GPU, "xid": str(code)}, "q:xid")]
+        return hardware.check(Context.of(m))
+
+    assert xid(79).severity.value == "critical" and "fallen off the bus" in xid(79).summary
+    assert xid(13).severity.value == "warning"
+    assert xid(63) is None  # catalog: ignore
+    assert xid(79, value=0) is None
+    m = measurements(gpu={"xid_changed": 0, "xid_last": 48})
+    assert hardware.check(Context.of(m)) is None  # sticky and unchanged in the window: old news
+    m = measurements(gpu={"xid_changed": 1, "xid_last": 48})
+    assert "double-bit ECC" in hardware.check(Context.of(m)).summary
+    assert hardware.check(Context.of(measurements(gpu={"row_remap_failure": 1}))) is not None
+
+
+def test_throttling_needs_a_busy_gpu_below_base_and_a_cause():
+    hot = {"temp_max": 91, "sm_clock_avg": 1100}
+    assert fires(throttling.check, gpu=hot)
+    assert not fires(throttling.check, gpu={**hot, "gpu_util_avg": 5})  # idle clocks are low by design
+    assert not fires(throttling.check, gpu={"temp_max": 91, "sm_clock_avg": 1500})  # 1500 >= 0.9 x 1590 base
+    assert fires(throttling.check, gpu={"power_avg": 695, "sm_clock_avg": 1200})  # at the H100's 700 W
+
+
+def test_pcie_saturation_uses_the_links_capacity_and_degradation_the_max():
+    assert fires(pcie.check, gpu={"pcie_rx_avg": 55e9})  # 87 % of Gen5 x16
+    assert not fires(pcie.check, gpu={"pcie_rx_avg": 45e9})  # 71 %
+    assert fires(pcie.check, gpu={"pcie_gen": 3, "pcie_max_gen": 5, "pcie_width": 16, "pcie_max_width": 16})
+
+
+def test_decode_bound_when_itl_is_high_and_nothing_else_explains_it():
+    assert fires(decode.check, engine={"itl_p99": 0.3})
+    assert not fires(decode.check, engine={"itl_p99": 0.3, "queue_p99": 2.0})
+    assert not fires(decode.check, engine={"itl_p99": 0.19})
+
+
+def test_gateway_share_and_idle_gpus():
+    assert fires(gateway.check, engine={"gateway_mean": 0.5, "e2e_mean": 1.0})
+    assert not fires(gateway.check, engine={"gateway_mean": 0.1, "e2e_mean": 1.0})
+    assert fires(underutilized.check, gpu={"gpu_util_avg": 5}, engine={"waiting_max": 0})
+    assert not fires(underutilized.check, gpu={"gpu_util_avg": 25}, engine={"waiting_max": 0})
+
+
+def test_the_root_cause_outranks_its_symptoms():
+    m = measurements(engine={"kv_usage_max": 0.97, "preemption_rate": 1.0})
+    m.values["xid_increase"] = [Value(1, {**GPU, "xid": "79"}, "q")]
+    result = diagnose(m, 0, 900, "t")
+    assert result.bottleneck == "gpu_hardware_fault"
+    assert [f.id for f in result.findings] == ["gpu_hardware_fault", "kv_cache_exhaustion"]
+    assert result.severity.value == "critical" and result.exit_code == exitcodes.CRITICAL
+
+
+def test_without_the_required_series_there_is_no_verdict():
+    m = measurements()
+    del m.values["kv_usage_max"]
+    result = diagnose(m, 0, 900, "t")
+    assert result.bottleneck == "insufficient_data" and result.exit_code == exitcodes.UNDIAGNOSABLE
+    assert result.missing == ["vllm:kv_cache_usage_perc or vllm:gpu_cache_usage_perc"]
+
+
+@pytest.mark.parametrize("threshold", [t.KV_USAGE_CRITICAL, t.PREEMPTION_RATE, t.TTFT_TAIL_RATIO])
+def test_checks_read_their_limits_from_the_thresholds_table(threshold):
+    assert threshold.value > 0
