@@ -33,9 +33,11 @@ format: setup
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-## Regenerate committed artefacts (docs/metrics.md) from the catalog.
+## Regenerate committed artefacts from the catalog: docs/metrics.md, dashboards, alert rules, runbooks.
 generate docs: setup
 	$(PY) -m kvscope.docs
+	$(VENV)/bin/kvscope dashboards build
+	$(VENV)/bin/kvscope alerts build
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

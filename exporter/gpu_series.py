@@ -47,6 +47,9 @@ READING_SERIES: tuple[tuple[str, Signal], ...] = (
     ("remapped_correctable", catalog.DCGM_CORRECTABLE_REMAPPED_ROWS),
     ("remapped_uncorrectable", catalog.DCGM_UNCORRECTABLE_REMAPPED_ROWS),
     ("remap_failure", catalog.DCGM_ROW_REMAP_FAILURE),
+    ("dram_active", catalog.DCGM_DRAM_ACTIVE),
+    ("tensor_active", catalog.DCGM_TENSOR_ACTIVE),
+    ("nvlink_bytes", catalog.DCGM_NVLINK_BANDWIDTH),
 )
 
 _GPU = ("gpu", "UUID")

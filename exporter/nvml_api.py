@@ -113,6 +113,9 @@ class GpuReading:
     remap_failure: float | None = None
     processes: list[tuple[int, int | None]] = field(default_factory=list)  # (pid, bytes)
     xid_last: int | None = None  # the last XID seen on this GPU (dcgm-exporter's sticky gauge)
+    dram_active: float | None = None  # DCGM profiling fields: NVML cannot read them
+    tensor_active: float | None = None
+    nvlink_bytes: float | None = None
 
 
 class Nvml:

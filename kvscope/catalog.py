@@ -22,6 +22,7 @@ class Source(StrEnum):
     VLLM = "vllm"
     DCGM = "dcgm"
     KVSCOPE = "kvscope"
+    RULE = "rule"  # recorded by Prometheus from kvscope's generated rules
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,9 @@ class Signal:
     @property
     def subsystem(self) -> str:
         """The `<subsystem>` part of a `kvscope_<subsystem>_<name>_<unit>` name."""
-        return self.name.split("_")[1] if self.source is Source.KVSCOPE else self.source.value
+        if self.source is Source.KVSCOPE:
+            return self.name.split("_")[1]
+        return self.source.value
 
 
 VLLM_NAMESPACE = "vllm:"  # every vLLM series starts with it
@@ -614,12 +617,44 @@ HOST_MEMORY_TOTAL = _own("kvscope_host_memory_total_bytes", G, "bytes", "Host me
 HOST_LOAD1 = _own("kvscope_host_load1", G, "load", "One-minute load average.")
 HOST_CPUS = _own("kvscope_host_cpus", G, "cpus", "Logical CPUs.")
 
+# --- recording rules (alerts/): SLO error ratios over the multi-window burn-rate windows -------
+
+SLO_WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
+SLO_ERROR_RATIO = {
+    w: Signal(
+        f"slo:sli_error:ratio_rate{w}",
+        G,
+        "ratio",
+        f"Share of SLO-bad events over {w}, per SLO.",
+        Source.RULE,
+        ("slo", "namespace", "model_name"),
+    )
+    for w in SLO_WINDOWS
+}
+SLO_OBJECTIVE = Signal(
+    "slo:objective:ratio", G, "ratio", "The SLO's objective (0.99 = 99 % good).", Source.RULE, ("slo",)
+)
+SLO_BUDGET_REMAINING = Signal(
+    "slo:period_error_budget_remaining:ratio",
+    G,
+    "ratio",
+    "Share of the 30-day error budget left.",
+    Source.RULE,
+    ("slo", "namespace", "model_name"),
+)
+
 del G, C, H, I
 
 
 def all_signals() -> tuple[Signal, ...]:
-    """Every catalog entry, in definition order."""
-    return tuple(v for v in globals().values() if isinstance(v, Signal))
+    """Every catalog entry, in definition order (including the SLO recording rules)."""
+    out: list[Signal] = []
+    for v in globals().values():
+        if isinstance(v, Signal):
+            out.append(v)
+        elif isinstance(v, dict) and v and all(isinstance(x, Signal) for x in v.values()):
+            out.extend(v.values())
+    return tuple(out)
 
 
 def by_name(name: str) -> Signal:

@@ -391,16 +391,50 @@ def plan(
         console.print(f"note: {note}")
 
 
-@dashboards_app.command("build", context_settings=_PASSTHROUGH)
-def dashboards_build(ctx: typer.Context) -> None:
+@dashboards_app.command("build")
+def dashboards_build(
+    out: Annotated[Path | None, typer.Option(help="Folder for the dashboards' JSON [dashboards/].")] = None,
+) -> None:
     """Generate the Grafana dashboards (JSON)."""
-    _not_built("dashboards build", 6)
+    from dashboards import build
+
+    for path in build.write(out or build.DASHBOARDS_DIR):
+        typer.echo(f"wrote {path}")
 
 
-@alerts_app.command("build", context_settings=_PASSTHROUGH)
-def alerts_build(ctx: typer.Context) -> None:
-    """Generate the Prometheus rule files (plain and PrometheusRule)."""
-    _not_built("alerts build", 6)
+@alerts_app.command("build")
+def alerts_build(
+    out: Annotated[Path | None, typer.Option(help="Folder for the rule files [alerts/].")] = None,
+    runbook_base: Annotated[str | None, typer.Option(help="URL of docs/runbooks.md for runbook_url.")] = None,
+    ttft_objective: Annotated[float, typer.Option(help="Share of requests within --ttft-seconds.")] = 0.99,
+    ttft_seconds: Annotated[float, typer.Option(help="TTFT objective, a vLLM TTFT bucket bound.")] = 2.5,
+    error_objective: Annotated[float, typer.Option(help="Share of requests without abort or error.")] = 0.995,
+) -> None:
+    """Generate the Prometheus rule files (plain and PrometheusRule) and their promtool tests."""
+    from alerts import build, definitions, runbook
+
+    if ttft_seconds not in definitions.TTFT_BUCKETS:
+        typer.echo(
+            f"kvscope alerts build: --ttft-seconds must be a bucket bound of vLLM's TTFT histogram "
+            f"({', '.join(f'{b:g}' for b in definitions.TTFT_BUCKETS)}), not {ttft_seconds:g}",
+            err=True,
+        )
+        raise typer.Exit(exitcodes.USAGE)
+    for name, value in (("--ttft-objective", ttft_objective), ("--error-objective", error_objective)):
+        if not 0 < value < 1:
+            typer.echo(f"kvscope alerts build: {name} must be between 0 and 1 (e.g. 0.99), not {value:g}", err=True)
+            raise typer.Exit(exitcodes.USAGE)
+    written = build.write(
+        out or build.ALERTS_DIR,
+        runbook_base=runbook_base or definitions.RUNBOOK_BASE,
+        ttft_objective=ttft_objective,
+        ttft_seconds=ttft_seconds,
+        error_objective=error_objective,
+    )
+    if out is None:
+        written.append(runbook.write())
+    for path in written:
+        typer.echo(f"wrote {path}")
 
 
 @app.command(context_settings=_PASSTHROUGH)

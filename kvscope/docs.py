@@ -31,6 +31,12 @@ _SECTIONS = (
         "What vLLM and DCGM lack: fine-grained phase times, per-tenant and per-priority latency, "
         "gateway decisions, XID counts, PCIe capacity, topology, exporter health.",
     ),
+    (
+        catalog.Source.RULE,
+        "Recording rules (computed by Prometheus)",
+        "Written by the generated rule file (`alerts/kvscope-rules.yaml`): SLO error ratios over the "
+        "multi-window burn-rate windows, the objectives and the error budget left.",
+    ),
 )
 
 

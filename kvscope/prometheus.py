@@ -4,6 +4,7 @@ for its HTTP API (instant and range queries, alerts)."""
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,3 +119,21 @@ class PrometheusApi:
 
     def alerts(self) -> list[dict[str, Any]]:
         return list(self._get("/api/v1/alerts", {})["alerts"])
+
+    def wait_for_scrapes(self, job: str, targets: int = 1, timeout: float = 60.0) -> None:
+        """Block until every target of `job` has been scraped successfully once.
+
+        Prometheus scrapes a new target only after its first service-discovery cycle; a
+        counter that moves before then appears already moved and `increase()` reads 0.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                up = [v for _, v in self.query(f'up{{job="{job}"}}')]
+            except QueryError:
+                up = []
+            if len(up) >= targets and all(v == 1 for v in up):
+                return
+            if time.monotonic() > deadline:
+                raise QueryError(f"job {job!r}: {len(up)} of {targets} targets scraped after {timeout:.0f} s")
+            time.sleep(0.5)

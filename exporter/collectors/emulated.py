@@ -48,6 +48,7 @@ class _GpuState:
     replays: float = 0.0
     leaked_mib: float = 0.0
     remapped_uncorrectable: float = 0.0
+    nvlink_bytes: float = 0.0
     last_xid: int | None = None
     lost: bool = False
 
@@ -202,6 +203,7 @@ class EmulatedSource:
         if f := faults.get((i, "pcie_saturated")):
             rx = tx = f.ratio * capacity
         remap_failed = (i, "row_remap_failure") in faults
+        state.nvlink_bytes += (5e8 * busy + 1e6) * dt  # tensor-parallel all-reduce traffic
         return GpuReading(
             gpu_util=util,
             mem_copy_util=util * 0.6,
@@ -235,6 +237,9 @@ class EmulatedSource:
             remap_failure=1.0 if remap_failed else 0.0,
             processes=processes,
             xid_last=state.last_xid,
+            dram_active=0.85 * busy,
+            tensor_active=0.55 * busy,
+            nvlink_bytes=state.nvlink_bytes,
         )
 
     def _activity(self, now: float) -> list[EngineActivity]:

@@ -1,0 +1,185 @@
+"""docs/runbooks.md: one section per alert (meaning, first checks, the diagnosis command, fixes),
+generated with the rules so every runbook_url anchor exists."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alerts import definitions as d
+from alerts.build import build_rules, diagnose_command
+from kvscope import catalog
+
+RUNBOOKS_MD = Path(__file__).resolve().parent.parent / "docs" / "runbooks.md"
+
+# alert -> (first checks, fixes)
+GUIDE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "VLLMKVCacheNearlyFull": (
+        (f"Is the prompt length growing ({catalog.VLLM_REQUEST_PROMPT_TOKENS.name} p99)?", "Are preemptions starting?"),
+        (
+            "Grow the pool: --kv-cache-dtype fp8 (compute capability >= 8.9), --gpu-memory-utilization 0.88.",
+            "Cap request size and max_tokens per tier at the gateway.",
+            "Add a replica before the avalanche.",
+        ),
+    ),
+    "VLLMKVCacheExhausted": (
+        (
+            "Which instance? The alert's pod/instance label.",
+            "Did the prompt mix change (seed 000: 6.4K -> 11.8K tokens)?",
+            "Queue and TTFT on the overview dashboard's engine row.",
+        ),
+        (
+            "kvscope plan gives the pool size and the --max-num-seqs that fits.",
+            "--kv-cache-dtype fp8 halves KV bytes per token; --block-size 32.",
+            "Shed long requests at the gateway (max_request_tokens), add replicas.",
+        ),
+    ),
+    "VLLMPreemptionsHigh": (
+        ("KV usage on the same instance.", "Long generations (max_tokens) holding blocks?"),
+        ("As for VLLMKVCacheExhausted: more pool, fewer concurrent sequences, clamp max_tokens.",),
+    ),
+    "VLLMQueueBacklog": (
+        ("Is KV full (then it is the KV alert's problem)?", "Is the GPU busy, and throughput flat?"),
+        ("Add replicas (seed 002).", "Raise --max-num-seqs if KV and GPU have room.", "Shed low tiers at the gateway."),
+    ),
+    "VLLMQueueTimeHigh": (
+        ("Queue depth and its trend.", "A few long prompts (TTFT tail vs median)?"),
+        ("Capacity: add replicas.", "Head-of-line: chunked prefill with --long-prefill-token-threshold, priority QoS."),
+    ),
+    "VLLMTTFTHigh": (
+        ("Queue time (waiting) vs prefill time (computing)?", "Prompt length tail?"),
+        ("Queueing: capacity.", "Long prompts: kvscope serve --profile tuned (bounded prefill, priority by length)."),
+    ),
+    "VLLMPrefixCacheHitRateDrop": (
+        (
+            "Did the prompt template change? A timestamp or id before the shared system prompt?",
+            "Did routing change (sessions spread over replicas)?",
+        ),
+        ("Keep the shared prefix first and byte-identical.", "Prefix-aware routing.", "--enable-prefix-caching on."),
+    ),
+    "VLLMErrorRatioHigh": (
+        ("finished_reason: abort (deadlines, client disconnects) or error (engine)?", "Engine logs."),
+        ("Aborts from deadlines: capacity or shorter requests.", "Errors: the engine log and the GPU (XIDs)."),
+    ),
+    "KvscopeTargetDown": (
+        ("Is the vLLM pod running? Its /health?", "Network policy between the exporter and the pod?"),
+        ("Restart the engine pod if it is wedged.", "Fix the target list in the exporter's config."),
+    ),
+    "KvscopeCollectorFailing": (
+        ("The exporter's log names the collector's error.", "NVML/DCGM: driver loaded, nv-hostengine running?"),
+        ("Restart the exporter after fixing the source; other collectors keep serving meanwhile.",),
+    ),
+    "GPUMemoryFull": (
+        (
+            "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv",
+            f"{catalog.GPU_PROCESS_INFO.name} on the GPU fleet dashboard: a process that is not the engine?",
+        ),
+        (
+            "Move the co-located process off the GPU.",
+            "A leak in the engine: restart it.",
+            "Leave headroom: --gpu-memory-utilization 0.88.",
+        ),
+    ),
+    "GPUUtilLow": (
+        ("Request rate on the instances using the GPU.",),
+        ("Consolidate replicas or share GPUs (MIG); scale down off-peak (seed 002).",),
+    ),
+    "GPUXidAppLevel": (
+        ("dmesg -T | grep -i xid for the full line.", "Did the engine crash or restart?"),
+        ("Restart the application; if repeated on one GPU, run DCGM diagnostics (dcgmi diag -r 3).",),
+    ),
+    "GPUXidResetRequired": (
+        ("dmesg -T | grep -i xid", "nvidia-smi -q -d ECC,ROW_REMAPPER"),
+        ("Drain the GPU's workloads, reset it (nvidia-smi -r -i <gpu>), contact support if it recurs.",),
+    ),
+    "GPUXidDrainNode": (
+        ("dmesg -T | grep -i xid", "Is the GPU still listed by nvidia-smi?"),
+        ("kubectl cordon <node> && kubectl drain <node> --ignore-daemonsets; reboot; contact support (XID 79).",),
+    ),
+    "GPUXIDReported": (
+        ("Which XID? The err_code label; the XID table on the GPU fleet dashboard.", "dmesg -T | grep -i xid"),
+        ("Act by the XID's bucket: restart the app, reset the GPU, or drain the node.",),
+    ),
+    "GPURowRemapFailure": (
+        ("nvidia-smi -q -d ROW_REMAPPER",),
+        ("Drain and reset the GPU; a failed remap means the HBM needs service.",),
+    ),
+    "GPUThrottled": (
+        ("nvidia-smi -q -d PERFORMANCE (which reason is active)", "Temperature and power vs limit."),
+        (
+            "Thermal: fans, airflow, inlet temperature.",
+            "Power: restore the limit (nvidia-smi -pl) or cap deliberately "
+            "and lower --max-num-batched-tokens (seed 004).",
+        ),
+    ),
+    "GPUTemperatureHigh": (
+        ("Fan speed, inlet temperature, neighbours in the chassis.",),
+        ("Fix cooling; move load off the GPU meanwhile.",),
+    ),
+    "GPUPCIeLinkDegraded": (
+        ("lspci -vv -s <bus id> | grep -E 'LnkCap|LnkSta'",),
+        ("Reseat or replace the card or riser; check BIOS PCIe settings.",),
+    ),
+    "GPUPCIeSaturated": (
+        (
+            "What crosses PCIe: KV offload, swapping, host-side pre/post-processing, "
+            "TP without NVLink (nvidia-smi topo -m)?",
+        ),
+        ("Keep KV on the GPU (fp8 KV, a bigger pool).", "Keep tensor-parallel groups on NVLink within one NUMA node."),
+    ),
+    "GPUPCIeReplays": (
+        (f"lspci -vv link status; {catalog.DCGM_PCIE_REPLAY.name} history.",),
+        ("Reseat or replace the card or riser.",),
+    ),
+}
+SLO_GUIDE = (
+    (
+        "Which objective (the slo label) and which model? The burn rate over the windows.",
+        "The overview dashboard: TTFT quantiles, error ratio by finish reason.",
+    ),
+    ("Page: find the cause now (kvscope diagnose); Ticket: the budget will run out within the period at this rate.",),
+)
+
+
+def render(runbook_base: str = d.RUNBOOK_BASE) -> str:
+    _, alerts = build_rules(runbook_base)
+    lines = [
+        "# Runbooks",
+        "",
+        "Generated with the alert rules by `kvscope alerts build`; one section per alert. Every alert's "
+        "description ends with the `kvscope diagnose` command for it.",
+        "",
+    ]
+    for alert in alerts:
+        checks, fixes = GUIDE.get(alert.name, SLO_GUIDE if alert.name.startswith("SLO") else ((), ()))
+        lines += [
+            f'<a id="{alert.anchor}"></a>',
+            f"## {alert.name}",
+            "",
+            f"**Severity:** {alert.severity}. **Meaning:** {alert.summary}",
+            "",
+            f"Fires on `{alert.expr}`" + (f" for {alert.for_}." if alert.for_ not in ("0m", "") else "."),
+            "",
+            "**First checks**",
+            "",
+        ]
+        lines += [f"- {x}" for x in checks]
+        lines += [
+            "",
+            "**Diagnose**",
+            "",
+            "```",
+            diagnose_command(alert.diagnose_scope)
+            .replace("{{ $externalURL }}", "$PROMETHEUS_URL")
+            .replace(f"{{{{ $labels.{alert.diagnose_scope} }}}}", f"<{alert.diagnose_scope}>"),
+            "```",
+            "",
+            "**Fixes**",
+            "",
+        ]
+        lines += [f"- {x}" for x in fixes] + [""]
+    return "\n".join(lines)
+
+
+def write() -> Path:
+    RUNBOOKS_MD.write_text(render())
+    return RUNBOOKS_MD
