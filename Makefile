@@ -3,13 +3,17 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test test-fast test-gpu check format docs generate clean
+.PHONY: setup demo quickstart test test-fast test-gpu check format docs generate clean
 
 setup:
 	@./scripts/setup.sh
 
-## Run the main job.
+## Run the main job: the KV-cache avalanche drill (seed 000) on the default, then the tuned profile.
 demo: setup
+	$(VENV)/bin/kvscope drill kv-avalanche --profile both --report reports/demo
+
+## The foundation's smoke test: vLLM's own server on the demo model, a few requests, its metrics.
+quickstart: setup
 	$(PY) -m serving.quickstart
 
 ## The whole suite, as CI runs it (unit + integration; GPU tests skip without a GPU).

@@ -230,8 +230,10 @@ def _engine_alerts() -> list[Alert]:
         ),
         Alert(
             "VLLMPrefixCacheHitRateDrop",
+            # "it was healthy at some point in the hour before": a plain [1h] ratio would be
+            # diluted by the drop itself and resolve the alert while the drop goes on.
             f"(({hit_ratio('10m')}) < {_w(t.PREFIX_HIT_FLOOR.value)}) and "
-            f"(({hit_ratio('1h', ' offset 10m')}) >= {_w(t.PREFIX_HIT_FLOOR.value)})",
+            f"(max_over_time(({hit_ratio('10m')})[1h:1m] offset 10m) >= {_w(t.PREFIX_HIT_FLOOR.value)})",
             "warning",
             "vLLM prefix-cache hit rate dropped.",
             "The prefix-cache hit rate of {{ $labels.instance }} fell to {{ $value | humanizePercentage }} "

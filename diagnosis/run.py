@@ -9,7 +9,7 @@ from pathlib import Path
 from diagnosis.measures import MEASURES
 from diagnosis.sources import SourceError
 from diagnosis.sources import bundle as bundles
-from diagnosis.sources.prometheus import PrometheusSource
+from diagnosis.sources.prometheus import RECENT, PrometheusSource
 from diagnosis.sources.scrape import ScrapeSource
 from diagnosis.verdict import Diagnosis, diagnose
 
@@ -21,6 +21,7 @@ class Request:
     bundle: Path | None = None
     at: float = 0.0
     window: float = 1800.0
+    recent: float = RECENT
     selector: str = ""
     path_prefix: str = ""
     headers: dict[str, str] = field(default_factory=dict)
@@ -50,6 +51,7 @@ def run(request: Request) -> Diagnosis:
             request.headers,
             request.bearer_token,
             selector=request.selector,
+            recent=request.recent,
         )
         try:
             measurements = prom.fetch(MEASURES, request.at, request.window)

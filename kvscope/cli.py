@@ -27,11 +27,6 @@ _UsageError: type[Exception] = typer.BadParameter.__mro__[1]
 _PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
-def _not_built(command: str, issue: int) -> None:
-    typer.echo(f"kvscope {command}: not built yet (tracked in issue {issue})", err=True)
-    raise typer.Exit(exitcodes.USAGE)
-
-
 @app.command(context_settings=_PASSTHROUGH)
 def serve(
     ctx: typer.Context,
@@ -79,7 +74,7 @@ def export(
     ctx: typer.Context,
     listen_address: Annotated[
         str | None,
-        typer.Option("--web.listen-address", help="host:port to serve on [127.0.0.1:9400]."),
+        typer.Option("--web.listen-address", help="host:port to serve on (default: 127.0.0.1:9400)."),
     ] = None,
     gpu: Annotated[
         str | None,
@@ -95,10 +90,10 @@ def export(
     ] = None,
     collect_interval: Annotated[
         float | None,
-        typer.Option(help="Seconds between background collections; 0 = on each scrape [5]."),
+        typer.Option(help="Seconds between background collections; 0 = on each scrape (default: 5)."),
     ] = None,
-    emulated_gpus: Annotated[int | None, typer.Option(help="How many emulated GPUs [4].")] = None,
-    emulated_model: Annotated[str | None, typer.Option(help="H100 | H200 [H100].")] = None,
+    emulated_gpus: Annotated[int | None, typer.Option(help="How many emulated GPUs (default: 4).")] = None,
+    emulated_model: Annotated[str | None, typer.Option(help="H100 | H200 (default: H100).")] = None,
     tls_cert: Annotated[Path | None, typer.Option(help="TLS certificate (PEM).")] = None,
     tls_key: Annotated[Path | None, typer.Option(help="TLS key (PEM).")] = None,
     bearer_token: Annotated[str | None, typer.Option(help="Require this bearer token.")] = None,
@@ -205,8 +200,11 @@ def diagnose(
     ] = None,
     bundle: Annotated[Path | None, typer.Option(help="Diagnose a saved bundle (offline).")] = None,
     listen: Annotated[str | None, typer.Option(help="Serve an Alertmanager webhook on host:port instead.")] = None,
-    at: Annotated[str | None, typer.Option(help="RFC 3339 or unix seconds [now].")] = None,
+    at: Annotated[str | None, typer.Option(help="RFC 3339 or unix seconds (default: now).")] = None,
     window: Annotated[str, typer.Option(help="How far back to look, e.g. 15m, 1h.")] = "30m",
+    recent: Annotated[
+        str, typer.Option(help="--prometheus: the end of the window compared with what came before it.")
+    ] = "5m",
     selector: Annotated[str, typer.Option(help='Label matchers for every query, e.g. {namespace="prod"}.')] = "",
     path_prefix: Annotated[str, typer.Option(help="API path prefix (Mimir: /prometheus).")] = "",
     header: Annotated[
@@ -248,6 +246,7 @@ def diagnose(
         request_fields = {
             "at": parse_time(at),
             "window": parse_duration(window),
+            "recent": parse_duration(recent),
             "interval": parse_duration(interval),
         }
     except ValueError as exc:
@@ -321,7 +320,9 @@ def plan(
     context: Annotated[int, typer.Option(help="Longest request (prompt + output) in tokens.")],
     kv_dtype: Annotated[str, typer.Option(help="fp16 | bf16 | fp8")] = "fp16",
     gpu_memory_utilization: Annotated[float, typer.Option(help="vLLM's share of each GPU.")] = 0.9,
-    typical_tokens: Annotated[int | None, typer.Option(help="A typical request's tokens [context / 4].")] = None,
+    typical_tokens: Annotated[
+        int | None, typer.Option(help="A typical request's tokens (default: context / 4).")
+    ] = None,
     output_format: Annotated[str, typer.Option("--format", help="text | json")] = "text",
 ) -> None:
     """KV-cache capacity plan for a model and GPUs."""
@@ -393,7 +394,7 @@ def plan(
 
 @dashboards_app.command("build")
 def dashboards_build(
-    out: Annotated[Path | None, typer.Option(help="Folder for the dashboards' JSON [dashboards/].")] = None,
+    out: Annotated[Path | None, typer.Option(help="Folder for the dashboards' JSON (default: dashboards/).")] = None,
 ) -> None:
     """Generate the Grafana dashboards (JSON)."""
     from dashboards import build
@@ -404,7 +405,7 @@ def dashboards_build(
 
 @alerts_app.command("build")
 def alerts_build(
-    out: Annotated[Path | None, typer.Option(help="Folder for the rule files [alerts/].")] = None,
+    out: Annotated[Path | None, typer.Option(help="Folder for the rule files (default: alerts/).")] = None,
     runbook_base: Annotated[str | None, typer.Option(help="URL of docs/runbooks.md for runbook_url.")] = None,
     ttft_objective: Annotated[float, typer.Option(help="Share of requests within --ttft-seconds.")] = 0.99,
     ttft_seconds: Annotated[float, typer.Option(help="TTFT objective, a vLLM TTFT bucket bound.")] = 2.5,
@@ -437,10 +438,62 @@ def alerts_build(
         typer.echo(f"wrote {path}")
 
 
-@app.command(context_settings=_PASSTHROUGH)
-def drill(ctx: typer.Context) -> None:
+@app.command()
+def drill(
+    scenario: Annotated[
+        str,
+        typer.Argument(
+            help="kv-avalanche | prefill-hol | prefix-miss | gpu-xid | thermal | pcie-degraded | memory-leak"
+        ),
+    ],
+    profile: Annotated[
+        str,
+        typer.Option(help="default | tuned | both (the same traffic replayed on tuned, with a before/after table)."),
+    ] = "default",
+    duration: Annotated[
+        str | None, typer.Option(help="Traffic per profile, e.g. 90s, 3m (default: the scenario's own, 75-120 s).")
+    ] = None,
+    ports: Annotated[str, typer.Option(help="SERVE,EXPORT,PROMETHEUS ports, or auto (free ones).")] = "auto",
+    report: Annotated[Path | None, typer.Option(help="Report folder (default: reports/drill-SCENARIO-TIME).")] = None,
+    model: Annotated[str | None, typer.Option(help="Model to serve (default: the generated demo model).")] = None,
+    gpu: Annotated[
+        str, typer.Option(help="auto (real GPUs when present and no fault is injected) | emulated | real.")
+    ] = "auto",
+    alert_speedup: Annotated[
+        float, typer.Option(help="Divide every alert-rule duration by this, so alerts fire within a drill.")
+    ] = 20.0,
+) -> None:
     """Reproduce an incident on the real stack; show alerts, diagnosis and the fix."""
-    _not_built("drill", 7)
+    from diagnosis.sources import parse_duration
+    from kvscope.drill import scenarios
+    from kvscope.drill.run import DrillOptions, default_report_dir, main_command, run
+    from kvscope.drill.stack import Ports
+
+    try:
+        chosen = scenarios.get(scenario)
+        if profile not in ("default", "tuned", "both"):
+            raise ValueError(f"--profile must be default, tuned or both, not {profile!r}")
+        seconds = parse_duration(duration) if duration else None
+        if seconds is not None and seconds < 20:
+            raise ValueError(f"--duration {duration} is too short: a drill needs at least 20s of traffic")
+        if alert_speedup < 1:
+            raise ValueError(f"--alert-speedup must be at least 1, not {alert_speedup:g}")
+        port_choice = Ports.parse(ports)
+    except ValueError as exc:
+        typer.echo(f"kvscope drill: {exc}", err=True)
+        raise typer.Exit(exitcodes.USAGE) from None
+    options = DrillOptions(
+        scenario=chosen,
+        profiles=["default", "tuned"] if profile == "both" else [profile],
+        report=report or default_report_dir(scenario),
+        duration=seconds,
+        ports=port_choice,
+        speedup=alert_speedup,
+        model=model,
+        gpu=gpu,
+        command=main_command(sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == "drill" else [scenario]),
+    )
+    raise typer.Exit(run(options))
 
 
 @app.command("demo-model")

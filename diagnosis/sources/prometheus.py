@@ -19,7 +19,7 @@ import httpx
 from diagnosis.measures import ENTITY_LABELS, Kind, Measure, Measurements, Value
 from diagnosis.sources import SourceError, format_duration
 
-RECENT = 300.0  # "recent" = the last 5 minutes
+RECENT = 300.0  # "recent" = the last 5 minutes unless the caller says otherwise
 
 
 def _selector(user: str, extra: str) -> str:
@@ -27,11 +27,15 @@ def _selector(user: str, extra: str) -> str:
     return "{" + ",".join(parts) + "}" if parts else ""
 
 
-def promql(measure: Measure, window: float, selector: str = "") -> str:
-    """The query for a measure: alternatives (legacy names) joined with `or`."""
+def promql(measure: Measure, window: float, selector: str = "", recent: float = RECENT) -> str:
+    """The query for a measure: alternatives (legacy names) joined with `or`.
+
+    `recent` is the end part of the window compared with what came before it (prefix hit
+    rate, throughput); the "before" part is the rest of the window, at least a minute.
+    """
     by = ", ".join((*ENTITY_LABELS[measure.entity], *measure.by))
-    w, r = format_duration(window), format_duration(RECENT)
-    before = format_duration(max(window - RECENT, 60.0))
+    w, r = format_duration(window), format_duration(recent)
+    before = format_duration(max(window - recent, 60.0))
     sel = _selector(selector, measure.matchers)
     den_sel = _selector(selector, measure.denominator_matchers)
 
@@ -90,6 +94,7 @@ class PrometheusSource:
     bearer_token: str | None = None
     timeout: float = 30.0
     selector: str = ""
+    recent: float = RECENT
 
     def __post_init__(self) -> None:
         headers = dict(self.headers)
@@ -134,7 +139,7 @@ class PrometheusSource:
         out = Measurements()
 
         def run(measure: Measure) -> tuple[Measure, str, list[tuple[dict[str, str], float]] | str]:
-            expr = promql(measure, window, self.selector)
+            expr = promql(measure, window, self.selector, self.recent)
             try:
                 return measure, expr, self.query(expr, at)
             except QueryFailed as exc:

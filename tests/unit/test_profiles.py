@@ -35,6 +35,7 @@ def test_tuned_on_h100_is_the_seeds_configuration():
     assert settings["kv_cache_dtype"] == "fp8"
     assert settings["scheduling_policy"] == "priority"
     assert settings["enable_prefix_caching"] is True
+    assert settings["watermark"] == 0.10
     assert "small-draft" in settings["speculative_config"]
 
 

@@ -1,0 +1,130 @@
+"""What a drill reads back from Prometheus: alerts as they fire, live gauges for the progress
+display, and the series and totals for the report."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from kvscope import catalog as c
+from kvscope.prometheus import PrometheusApi, QueryError
+
+_IDENTITY = ("alertname", "severity")
+
+
+def _either(template: str, signal: c.Signal) -> str:
+    """`template` (with {m} for the metric) for each of the signal's names, joined with `or`."""
+    return " or ".join(f"({template.format(m=name)})" for name in signal.names)
+
+
+KV_USAGE = _either("max({m})", c.VLLM_KV_CACHE_USAGE)
+WAITING = _either("sum({m})", c.VLLM_REQUESTS_WAITING)
+RUNNING = _either("sum({m})", c.VLLM_REQUESTS_RUNNING)
+PREEMPTIONS = _either("sum({m})", c.VLLM_NUM_PREEMPTIONS)
+
+
+def preemption_rate(window: str) -> str:
+    return _either(f"sum(rate({{m}}[{window}]))", c.VLLM_NUM_PREEMPTIONS)
+
+
+def ttft_p99(window: str) -> str:
+    return f"histogram_quantile(0.99, sum by (le) (rate({c.VLLM_TTFT.name}_bucket[{window}])))"
+
+
+def queue_p99(window: str) -> str:
+    return f"histogram_quantile(0.99, sum by (le) (increase({c.VLLM_QUEUE_TIME.name}_bucket[{window}])))"
+
+
+@dataclass
+class Fired:
+    alertname: str
+    severity: str
+    labels: dict[str, str]
+    active_at: str  # when Prometheus first saw the condition (pending)
+    firing_at: float  # wall-clock time the drill first saw it firing
+
+
+@dataclass
+class AlertLog:
+    """Every alert instance seen firing, with the first time it was seen."""
+
+    fired: dict[tuple[str, ...], Fired] = field(default_factory=dict)
+    firing_now: list[str] = field(default_factory=list)
+
+    def poll(self, api: PrometheusApi, now: float) -> list[Fired]:
+        """Record what fires now; returns the alerts that fired for the first time."""
+        new = []
+        firing = []
+        for alert in api.alerts():
+            if alert.get("state") != "firing":
+                continue
+            labels = dict(alert.get("labels", {}))
+            firing.append(labels.get("alertname", "?"))
+            key = tuple(sorted(f"{k}={v}" for k, v in labels.items()))
+            if key not in self.fired:
+                rest = {k: v for k, v in labels.items() if k not in _IDENTITY}
+                fired = Fired(
+                    labels.get("alertname", "?"), labels.get("severity", ""), rest, alert.get("activeAt", ""), now
+                )
+                self.fired[key] = fired
+                new.append(fired)
+        self.firing_now = sorted(set(firing))
+        return new
+
+    def first_firing(self) -> dict[str, float]:
+        """alertname -> the first time any instance of it fired."""
+        out: dict[str, float] = {}
+        for f in self.fired.values():
+            out[f.alertname] = min(out.get(f.alertname, math.inf), f.firing_at)
+        return out
+
+
+def instant(api: PrometheusApi, expr: str, at: float | None = None) -> float | None:
+    """The single value of `expr`, or None when it has none (or the query failed)."""
+    try:
+        values = [v for _, v in api.query(expr, at) if not math.isnan(v)]
+    except QueryError:
+        return None
+    return max(values) if values else None
+
+
+@dataclass
+class Gauges:
+    kv_usage: float | None = None
+    waiting: float | None = None
+    running: float | None = None
+    preemptions: float | None = None
+
+
+def gauges(api: PrometheusApi) -> Gauges:
+    return Gauges(instant(api, KV_USAGE), instant(api, WAITING), instant(api, RUNNING), instant(api, PREEMPTIONS))
+
+
+@dataclass
+class Series:
+    """Time series for the plots: seconds since the drill's start -> value."""
+
+    kv_usage: list[tuple[float, float]] = field(default_factory=list)
+    waiting: list[tuple[float, float]] = field(default_factory=list)
+    preemptions_per_s: list[tuple[float, float]] = field(default_factory=list)
+    ttft_p99: list[tuple[float, float]] = field(default_factory=list)
+
+
+def series(api: PrometheusApi, start: float, end: float, step: float, window: str) -> Series:
+    def one(expr: str) -> list[tuple[float, float]]:
+        try:
+            result = api.query_range(expr, start, end, step)
+        except QueryError:
+            return []
+        if not result:
+            return []
+        return [(t - start, v) for t, v in result[0][1] if not math.isnan(v)]
+
+    return Series(one(KV_USAGE), one(WAITING), one(preemption_rate(window)), one(ttft_p99(window)))
+
+
+def preemptions_between(api: PrometheusApi, start: float, end: float) -> float:
+    """Preemptions counted between two times (the counter's growth; 0 without data)."""
+    before = instant(api, PREEMPTIONS, start) or 0.0
+    after = instant(api, PREEMPTIONS, end) or 0.0
+    return max(0.0, after - before)

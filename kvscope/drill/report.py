@@ -1,0 +1,144 @@
+"""The drill's report folder: summary.md, results.json and one PNG per profile (KV usage,
+waiting requests, preemptions and TTFT p99 over time, the change and alert firing times
+marked)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from kvscope import thresholds as t
+from kvscope.drill import rules
+from kvscope.drill.results import ProfileRun, comparison_rows, markdown_table
+from kvscope.drill.scenarios import Scenario
+
+_PANELS = (
+    ("kv_usage", "KV-cache usage", "fraction of the pool", t.KV_USAGE_CRITICAL.value),
+    ("waiting", "Requests waiting", "requests", None),
+    ("preemptions_per_s", "Preemptions", "per second", None),
+    ("ttft_p99", "TTFT p99 (engine)", "seconds", t.TTFT_P99.value),
+)
+
+
+def plot(run: ProfileRun, scenario: Scenario, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(_PANELS), 1, figsize=(10, 11), sharex=True)
+    change = run.changed - run.started
+    fired = run.alerts_fired
+    for ax, (attr, title, unit, line) in zip(axes, _PANELS, strict=True):
+        points = getattr(run.series, attr)
+        if points:
+            xs, ys = zip(*points, strict=True)
+            ax.plot(xs, ys, color="tab:blue", linewidth=1.6)
+        else:
+            ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center", color="grey")
+        if line is not None:
+            ax.axhline(line, color="tab:red", linestyle=":", linewidth=1, label=f"threshold {line:g}")
+            ax.legend(loc="upper left", fontsize=8)
+        ax.axvline(change, color="black", linestyle="--", linewidth=1)
+        for after in fired.values():
+            ax.axvline(change + after, color="tab:red", alpha=0.6, linewidth=1)
+        ax.set_title(title, fontsize=10, loc="left")
+        ax.set_ylabel(unit)
+        ax.grid(alpha=0.3)
+    top = axes[0]
+    top.text(change, 1.02, " change", transform=top.get_xaxis_transform(), fontsize=8, va="bottom")
+    for i, after in enumerate(fired.values(), start=1):
+        top.text(
+            change + after,
+            1.02,
+            str(i),
+            transform=top.get_xaxis_transform(),
+            fontsize=8,
+            color="tab:red",
+            ha="center",
+            va="bottom",
+            fontweight="bold",
+        )
+    listed = "; ".join(f"{i} {name} ({after:+.0f} s)" for i, (name, after) in enumerate(fired.items(), start=1))
+    fig.text(
+        0.01,
+        0.955,
+        "alerts fired (red lines, seconds after the change): " + (listed or "none"),
+        fontsize=8,
+        color="tab:red",
+        wrap=True,
+        va="top",
+    )
+    axes[-1].set_xlabel("seconds since the drill's traffic started (dashed: the change; red: an alert fired)")
+    fig.suptitle(f"kvscope drill {scenario.name}: profile {run.profile}", y=0.995, fontsize=12)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write(
+    folder: Path,
+    scenario: Scenario,
+    runs: Sequence[ProfileRun],
+    *,
+    speedup: float,
+    command: str,
+    passed: bool,
+    verdict: str,
+) -> Path:
+    """Write the whole report; returns the summary's path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [
+        f"# kvscope drill {scenario.name}",
+        "",
+        f"Seed {scenario.seed}: {scenario.story}.",
+        "",
+        f"- Traffic: the seeds' mix at {scenario.rate:g} requests/s; the change at "
+        f"{runs[0].changed - runs[0].started:.0f} s of {runs[0].traffic_end - runs[0].started:.0f} s.",
+        f"- Expected: alert {' or '.join(scenario.alerts)}; diagnosis `{scenario.expected}`.",
+        f"- Alert rules: `alerts/kvscope-rules.yaml` with every duration divided by {speedup:g} "
+        f"(`for: 5m` waits {rules.scaled('5m', speedup)}) so alerts fire within a short drill.",
+        f"- Result: **{verdict}**",
+        f"- Reproduce: `{command}`",
+        "",
+        "## Before / after" if len(runs) == 2 else "## Measured",
+        "",
+        markdown_table(comparison_rows(runs)),
+        "",
+    ]
+    for run in runs:
+        png = plot(run, scenario, folder / f"{run.profile}.png")
+        lines += [f"## Profile {run.profile}", ""]
+        flags = " ".join(run.profile_flags) or "none: vLLM's defaults"
+        lines += [f"Profile flags: `{flags}`; drill flags: `{' '.join(run.engine_args) or 'none'}`", ""]
+        lines += ["Alerts fired (seconds after the change):", ""]
+        if run.alerts.fired:
+            for f in sorted(run.alerts.fired.values(), key=lambda f: f.firing_at):
+                where = ", ".join(
+                    f"{k}={v}" for k, v in sorted(f.labels.items()) if k in ("gpu", "instance", "target", "xid")
+                )
+                lines.append(f"- {f.firing_at - run.changed:+.0f} s `{f.alertname}` ({f.severity}) {where}")
+        else:
+            lines.append("- none")
+        lines += ["", f"![{run.profile}]({png.name})", "", "### Diagnosis", "", run.diagnosis_markdown, ""]
+    summary = folder / "summary.md"
+    summary.write_text("\n".join(lines))
+    (folder / "results.json").write_text(
+        json.dumps(
+            {
+                "scenario": scenario.name,
+                "expected": scenario.expected,
+                "expected_alerts": list(scenario.alerts),
+                "alert_speedup": speedup,
+                "passed": passed,
+                "verdict": verdict,
+                "profiles": {r.profile: r.summary() for r in runs},
+            },
+            indent=2,
+            default=str,
+        )
+    )
+    return summary

@@ -1,0 +1,350 @@
+"""`kvscope drill`: start the stack, drive the scenario's traffic, watch alerts fire, diagnose,
+replay on the tuned profile, write the report, stop everything."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shlex
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from kvscope import exitcodes
+from kvscope.drill import observe, report, stack
+from kvscope.drill import rules as drill_rules
+from kvscope.drill.results import ProfileRun, comparison_rows
+from kvscope.drill.scenarios import Scenario
+from kvscope.drill.traffic import Driver, Phase
+from kvscope.hardware import detect
+
+POLL = 2.0  # seconds between looks at Prometheus while traffic runs
+
+
+@dataclass
+class DrillOptions:
+    scenario: Scenario
+    profiles: list[str]
+    report: Path
+    duration: float | None = None
+    ports: stack.Ports = field(default_factory=stack.Ports)
+    speedup: float = 20.0
+    model: str | None = None
+    gpu: str = "auto"  # auto | emulated | real
+    scrape_interval: float = 2.0
+    command: str = ""
+
+
+class DrillUsageError(ValueError):
+    """The options cannot work together (exit 64)."""
+
+
+def engine_args(scenario: Scenario, model: str | None, gpu_present: bool) -> list[str]:
+    """Flags every profile gets: the scenario's KV pool, and eager mode on CPU (half the start-up)."""
+    args = [] if gpu_present else ["--enforce-eager"]
+    if scenario.kv_pool_tokens:
+        from diagnosis.planner import load_shape
+        from serving.demo_model import ensure_demo_model
+
+        shape = load_shape(model or ensure_demo_model())
+        args += ["--kv-cache-memory-bytes", str(scenario.kv_pool_tokens * shape.kv_bytes_per_token(2))]
+    return [*args, *scenario.engine_args]
+
+
+def choose_gpu(option: str, scenario: Scenario, gpu_present: bool) -> bool:
+    """True: emulated GPUs. Fault scenarios need them: real GPUs do not take XIDs on demand."""
+    if option not in ("auto", "emulated", "real"):
+        raise DrillUsageError(f"--gpu must be auto, emulated or real, not {option!r}")
+    if option == "real":
+        if not gpu_present:
+            raise DrillUsageError("--gpu real: this machine has no NVIDIA GPU (use --gpu emulated)")
+        if scenario.fault:
+            raise DrillUsageError(
+                f"{scenario.name} injects a fault into emulated GPUs; a real GPU cannot be given one on demand "
+                "(use --gpu emulated)"
+            )
+        return False
+    if option == "emulated":
+        return True
+    return bool(scenario.fault) or not gpu_present
+
+
+class Monitor:
+    """Polls Prometheus while traffic runs, logs what happens, and renders the live panel."""
+
+    def __init__(self, console: Console, st: stack.Stack, driver: Driver, profile: str, alerts: observe.AlertLog):
+        self.console, self.stack, self.driver, self.profile, self.alerts = console, st, driver, profile, alerts
+        self.gauges = observe.Gauges()
+        self.changed_at: float | None = None
+
+    def poll(self) -> None:
+        now = time.time()
+        with contextlib.suppress(Exception):  # a slow answer must not stop the drill
+            self.gauges = observe.gauges(self.stack.api)
+        with contextlib.suppress(Exception):
+            for fired in self.alerts.poll(self.stack.api, now):
+                since = f"{now - self.changed_at:+.0f} s after the change" if self.changed_at else "before the change"
+                where = ", ".join(f"{k}={v}" for k, v in sorted(fired.labels.items()) if k in ("gpu", "xid", "target"))
+                self.console.print(
+                    f"[red]ALERT[/] {fired.alertname} ({fired.severity}) firing, {since} {where}", highlight=False
+                )
+
+    def render(self) -> Table:
+        p = self.driver.progress
+        elapsed = time.time() - p.phase_started if p.phase_started else 0.0
+        recent = [o.ttft for o in p.outcomes[-200:] if o.klass == "short" and o.ttft is not None]
+        from kvscope.drill.results import percentile
+
+        p99 = percentile(recent, 99)
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="bold")
+        grid.add_column()
+        bar = ProgressBar(total=max(p.phase_seconds, 1), completed=min(elapsed, p.phase_seconds), width=40)
+        grid.add_row(f"{self.profile}: {p.phase}", Group(bar, Text(f"{elapsed:.0f} / {p.phase_seconds:.0f} s")))
+        grid.add_row("requests", f"sent {p.sent}  done {p.done}  failed {p.failed}  in flight {p.in_flight}")
+        g = self.gauges
+        grid.add_row(
+            "engine",
+            f"KV {_pct(g.kv_usage)}  waiting {_num(g.waiting)}  running {_num(g.running)}  "
+            f"preemptions {_num(g.preemptions)}",
+        )
+        grid.add_row("short p99 TTFT", "n/a" if p99 is None else f"{p99 * 1000:.0f} ms (last 200 requests)")
+        grid.add_row("firing", ", ".join(self.alerts.firing_now) or "none")
+        return grid
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.0%}"
+
+
+def _num(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.0f}"
+
+
+def _served_model(base_url: str) -> str:
+    data = httpx.get(base_url + "/v1/models", timeout=10).json()
+    return str(data["data"][0]["id"])
+
+
+async def _drive(
+    console: Console, st: stack.Stack, phases: Sequence[Phase], scenario: Scenario, monitor: Monitor
+) -> list[float]:
+    """Run the traffic; returns [start, change, traffic end, drained]."""
+    marks: list[float] = []
+
+    def on_phase(phase: Phase) -> None:
+        now = time.time()
+        marks.append(now)
+        if phase.name == "after":
+            monitor.changed_at = now
+            console.print(f"[bold]change[/]: {scenario.story}", highlight=False)
+            if scenario.fault:
+                st.inject(scenario.fault)
+                console.print(f"fault injected into the emulated GPUs: {scenario.fault}", highlight=False)
+
+    traffic = asyncio.create_task(monitor.driver.run(phases, on_phase))
+    live = Live(monitor.render(), console=console, refresh_per_second=2, transient=True)
+    with live:
+        sent_all = None
+        while not traffic.done():
+            await asyncio.sleep(POLL)
+            await asyncio.to_thread(monitor.poll)
+            live.update(monitor.render())
+            if sent_all is None and monitor.driver.progress.phase == "draining":
+                sent_all = time.time()
+        traffic.result()
+    drained = time.time()
+    marks.append(sent_all or drained)
+    marks.append(drained)
+    return marks
+
+
+def run_profile(console: Console, options: DrillOptions, profile: str, rules: Path, emulated: bool) -> ProfileRun:
+    scenario = options.scenario
+    phases = scenario.phases(options.duration)
+    args = engine_args(scenario, options.model, detect().has_gpu)
+    workdir = options.report / "logs" / profile
+    console.rule(f"profile {profile}")
+    console.print(
+        f"starting kvscope serve --profile {profile} {' '.join(args)}, kvscope export "
+        f"({'emulated GPUs' if emulated else 'real GPUs'}), Prometheus ...",
+        highlight=False,
+    )
+    t0 = time.time()
+    with stack.started(
+        workdir,
+        profile=profile,
+        rules=rules,
+        ports=options.ports,
+        engine_args=args,
+        model=options.model,
+        emulated=emulated,
+        scrape_interval=drill_rules.duration(options.scrape_interval),
+    ) as st:
+        console.print(
+            f"stack ready in {time.time() - t0:.0f} s: serve {st.serve.base_url}, export {st.export.base_url}, "
+            f"Prometheus {st.prometheus.base_url}",
+            highlight=False,
+        )
+        driver = Driver(st.serve.base_url, _served_model(st.serve.base_url), seed=11)
+        alerts = observe.AlertLog()
+        monitor = Monitor(console, st, driver, profile, alerts)
+        started, changed, traffic_end, drained = asyncio.run(_drive(console, st, phases, scenario, monitor))
+        time.sleep(2 * options.scrape_interval + 1)  # the last scrape and rule evaluation
+        monitor.poll()
+        ended = time.time()
+        window = drill_rules.scaled("5m", options.speedup, 5 * options.scrape_interval)  # the rules' rate window
+        series = observe.series(st.api, started, ended, options.scrape_interval, window)
+        span = drill_rules.duration(ended - started)
+        peak = max((v for _, v in series.kv_usage), default=None)
+        queue = observe.instant(st.api, observe.queue_p99(span), ended)
+        preemptions = observe.preemptions_between(st.api, started - options.scrape_interval, ended)
+        diagnosis, markdown = _diagnose(st, ended, ended - started, ended - changed)
+        console.print(
+            f"diagnosis ({profile}): [bold]{diagnosis['bottleneck']}[/]: {diagnosis['summary']}", highlight=False
+        )
+    shutil.rmtree(workdir / "prometheus" / "data", ignore_errors=True)
+    return ProfileRun(
+        profile,
+        started,
+        changed,
+        traffic_end,
+        drained,
+        driver.progress.outcomes,
+        alerts,
+        diagnosis,
+        markdown,
+        series,
+        preemptions,
+        peak,
+        queue,
+        args,
+        _profile_flags(profile, options.model),
+    )
+
+
+def _profile_flags(profile: str, model: str | None) -> list[str]:
+    from serving.demo_model import ensure_demo_model
+    from serving.profiles import model_max_len, profile_settings
+
+    max_len = model_max_len(str(model or ensure_demo_model()))
+    return [arg for s in profile_settings(profile, detect(), max_len, None) for arg in s.argv()]
+
+
+def _diagnose(st: stack.Stack, at: float, window: float, recent: float) -> tuple[dict, str]:
+    from diagnosis.report import render_markdown, to_dict
+    from diagnosis.run import Request
+    from diagnosis.run import run as diagnose
+
+    result = diagnose(Request(prometheus=st.prometheus.base_url, at=at, window=window, recent=recent))
+    return to_dict(result), render_markdown(result)
+
+
+def _print_table(console: Console, runs: Sequence[ProfileRun]) -> None:
+    rows = comparison_rows(runs)
+    table = Table(title="before / after" if len(runs) == 2 else "measured", title_justify="left")
+    for i, name in enumerate(rows[0]):
+        table.add_column(name or "", justify="left" if i == 0 else "right", overflow="fold")
+    for row in rows[1:]:
+        table.add_row(*row)
+    console.print(table)
+
+
+def run(options: DrillOptions, console: Console | None = None) -> int:
+    console = console or Console()
+    scenario = options.scenario
+    gpu_present = detect().has_gpu
+    try:
+        emulated = choose_gpu(options.gpu, scenario, gpu_present)
+    except DrillUsageError as exc:
+        console.print(f"kvscope drill: {exc}", highlight=False)
+        return exitcodes.USAGE
+    from kvscope.prometheus import PrometheusMissing, binary
+
+    try:
+        binary()
+    except PrometheusMissing as exc:
+        console.print(f"kvscope drill: {exc}", highlight=False)
+        return exitcodes.UNAVAILABLE
+    shutil.rmtree(options.report / "logs", ignore_errors=True)  # a previous drill's processes' files
+    options.report.mkdir(parents=True, exist_ok=True)
+    rules = drill_rules.write(
+        options.report / "logs" / "kvscope-rules.drill.yaml", options.speedup, options.scrape_interval
+    )
+    console.print(
+        f"[bold]kvscope drill {scenario.name}[/] (seed {scenario.seed}): {scenario.story}. "
+        f"Expect {' or '.join(scenario.alerts)} and a diagnosis of {scenario.expected}. "
+        f"Alert clocks run {options.speedup:g}x faster.",
+        highlight=False,
+    )
+    runs: list[ProfileRun] = []
+    try:
+        for profile in options.profiles:
+            runs.append(run_profile(console, options, profile, rules, emulated))
+    except KeyboardInterrupt:
+        console.print("kvscope drill: interrupted; every process it started has been stopped", highlight=False)
+        return 130
+    except Exception as exc:
+        console.print(
+            f"kvscope drill: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} "
+            f"(logs under {options.report / 'logs'}); every process it started has been stopped",
+            highlight=False,
+        )
+        return exitcodes.UNAVAILABLE
+    incident = runs[0]
+    named = incident.bottleneck == scenario.expected
+    alerted = any(name in incident.alerts_fired for name in scenario.alerts)
+    problems = []
+    if not named:
+        problems.append(f"the diagnosis named {incident.bottleneck}, not {scenario.expected}")
+    if not alerted:
+        problems.append(f"none of {', '.join(scenario.alerts)} fired")
+    verdict = (
+        f"passed: {', '.join(a for a in incident.alerts_fired if a in scenario.alerts)} fired and the diagnosis "
+        f"named {scenario.expected} on the {incident.profile} profile"
+        if not problems
+        else "failed: " + "; ".join(problems)
+    )
+    summary = report.write(
+        options.report,
+        scenario,
+        runs,
+        speedup=options.speedup,
+        command=options.command or "kvscope drill " + shlex.quote(scenario.name),
+        passed=not problems,
+        verdict=verdict,
+    )
+    console.rule("result")
+    _print_table(console, runs)
+    for r in runs:
+        fired = ", ".join(f"{name} ({after:+.0f} s)" for name, after in r.alerts_fired.items()) or "none"
+        console.print(f"alerts fired on {r.profile} (after the change): {fired}", highlight=False)
+    for r in runs:
+        console.print(
+            f"diagnosis on {r.profile}: [bold]{r.bottleneck}[/]: {r.diagnosis.get('summary', '')}", highlight=False
+        )
+    console.print(f"report: {summary}", highlight=False)
+    console.print(("[green]" if not problems else "[red]") + f"drill {verdict}[/]", highlight=False)
+    return exitcodes.OK if not problems else 1
+
+
+def default_report_dir(scenario: str) -> Path:
+    return Path("reports") / f"drill-{scenario}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def main_command(argv: Sequence[str]) -> str:
+    return " ".join(shlex.quote(a) for a in ["kvscope", "drill", *argv]) if argv else "kvscope drill"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("use: kvscope drill SCENARIO")

@@ -1,0 +1,148 @@
+"""The incidents a drill reproduces: the traffic before and after the change, the fault, and
+what must follow (the alerts that should fire, the bottleneck the diagnosis should name).
+
+Every scenario starts with the seeds' mix (seed 000: 90 % short, 8 % medium, 2 % very long
+prompts) at a steady rate; its change starts a third of the way in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kvscope.drill.traffic import Mix, Phase
+
+SEEDS_MIX = Mix()
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    seed: str  # the incident review it comes from
+    story: str  # one line: what changes
+    expected: str  # the bottleneck id the diagnosis must name
+    alerts: tuple[str, ...]  # the drill passes when at least one of these fires
+    rate: float  # requests per second, the same before and after the change
+    before: Mix = SEEDS_MIX
+    after: Mix = SEEDS_MIX
+    duration: float = 120.0  # seconds of traffic per profile
+    before_share: float = 1 / 3
+    fault: dict[str, Any] | None = None  # POSTed to the exporter's /-/faults at the change
+    kv_pool_tokens: int | None = None  # None: the platform's pool
+    shared_prompt: bool = False  # before the change every request starts with one system prompt
+    bursts: tuple[int, float] = (0, 0.0)  # after the change: N very long prompts every S seconds
+    engine_args: tuple[str, ...] = field(default=())
+
+    def phases(self, duration: float | None = None) -> list[Phase]:
+        total = duration or self.duration
+        before = round(total * self.before_share, 1)
+        after = round(total - before, 1)
+        count, every = self.bursts
+        forced = tuple((t + 0.5 + 0.1 * i, "long") for t in _every(every, after) for i in range(count))
+        return [
+            Phase("before", before, self.rate, self.before, system_prompt_seed=1 if self.shared_prompt else None),
+            Phase(
+                "after",
+                after,
+                self.rate,
+                self.after,
+                forced=forced,
+                system_prompt_seed=None,
+            ),
+        ]
+
+
+def _every(step: float, span: float) -> list[float]:
+    if step <= 0:
+        return []
+    out, t = [], 0.0
+    while t < span - 1:
+        out.append(t)
+        t += step
+    return out
+
+
+SCENARIOS = {
+    s.name: s
+    for s in (
+        Scenario(
+            "kv-avalanche",
+            "000",
+            "prompts grow to twice their length at the same request rate, on a KV pool the default profile outgrows",
+            "kv_cache_exhaustion",
+            ("VLLMKVCacheExhausted", "VLLMKVCacheNearlyFull", "VLLMPreemptionsHigh"),
+            rate=8.0,
+            after=SEEDS_MIX.scaled(2.0),
+            kv_pool_tokens=20480,
+        ),
+        Scenario(
+            "prefill-hol",
+            "000",
+            "bursts of very long (12K-token) prompts arrive among the short ones",
+            "prefill_head_of_line",
+            ("VLLMTTFTHigh", "VLLMQueueTimeHigh"),
+            rate=5.0,
+            after=replace(SEEDS_MIX, long_tokens=12000),
+            bursts=(3, 15.0),
+        ),
+        Scenario(
+            "prefix-miss",
+            "004",
+            "the shared 2K-token system prompt stops being shared: every request brings its own",
+            "prefix_cache_miss",
+            ("VLLMPrefixCacheHitRateDrop",),
+            rate=2.0,
+            before=replace(SEEDS_MIX, shared_prefix_tokens=2048),
+            after=replace(SEEDS_MIX, shared_prefix_tokens=2048),
+            shared_prompt=True,
+            before_share=0.5,
+        ),
+        Scenario(
+            "gpu-xid",
+            "002",
+            "GPU 1 falls off the bus (XID 79) while traffic runs",
+            "gpu_hardware_fault",
+            ("GPUXidDrainNode",),
+            rate=8.0,  # busy enough that the GPU counts as working (idle GPUs slow their clocks by design)
+            duration=75.0,
+            fault={"gpu": 1, "fault": "xid", "xid": 79},
+        ),
+        Scenario(
+            "thermal",
+            "002",
+            "GPU 0 overheats (94 C) and slows its clocks while traffic runs",
+            "thermal_power_throttling",
+            ("GPUTemperatureHigh", "GPUThrottled"),
+            rate=8.0,  # busy enough that the GPU counts as working (idle GPUs slow their clocks by design)
+            duration=75.0,
+            fault={"gpu": 0, "fault": "thermal", "temp_c": 94},
+        ),
+        Scenario(
+            "pcie-degraded",
+            "002",
+            "GPU 0's PCIe link trains down to Gen3 x8 while traffic runs",
+            "pcie_bottleneck",
+            ("GPUPCIeLinkDegraded",),
+            rate=8.0,  # busy enough that the GPU counts as working (idle GPUs slow their clocks by design)
+            duration=75.0,
+            fault={"gpu": 0, "fault": "pcie_degraded", "generation": 3, "width": 8},
+        ),
+        Scenario(
+            "memory-leak",
+            "002",
+            "a process leaks GPU memory on GPU 0 (20 GB a minute) while traffic runs",
+            "gpu_memory_pressure",
+            ("GPUMemoryFull",),
+            rate=8.0,  # busy enough that the GPU counts as working (idle GPUs slow their clocks by design)
+            duration=75.0,
+            fault={"gpu": 0, "fault": "memory_leak", "mib_per_minute": 20000},
+        ),
+    )
+}
+
+
+def get(name: str) -> Scenario:
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise ValueError(f"unknown scenario {name!r}: choose one of {', '.join(SCENARIOS)}") from None

@@ -1,0 +1,112 @@
+"""The real stack a drill runs on: `kvscope serve` -> `kvscope export` -> Prometheus with the
+(time-compressed) generated alert rules. Every process is stopped on the way out, whatever
+the way out is (end, failure, Ctrl-C)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from kvscope import prometheus
+from kvscope.launcher import ServerProcess, free_port, kvscope_server, running, start_process
+from kvscope.prometheus import PrometheusApi
+
+EMULATED_GPUS = 2
+SERVE_READY_TIMEOUT = 600.0  # a first start may generate the demo model and compile kernels
+
+
+@dataclass(frozen=True)
+class Ports:
+    serve: int | None = None
+    export: int | None = None
+    prometheus: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Ports:
+        """ "auto" or "SERVE,EXPORT,PROMETHEUS" (0 or empty: pick a free one)."""
+        if text.strip() in ("", "auto"):
+            return cls()
+        parts = [p.strip() for p in text.split(",")]
+        if len(parts) != 3:
+            raise ValueError(f"--ports takes SERVE,EXPORT,PROMETHEUS (e.g. 8000,9400,9090) or auto, not {text!r}")
+        try:
+            numbers = [int(p) if p else 0 for p in parts]
+        except ValueError:
+            raise ValueError(f"--ports: {text!r} is not three port numbers") from None
+        if any(not 0 <= n <= 65535 for n in numbers):
+            raise ValueError(f"--ports: {text!r} has a number outside 0-65535")
+        taken = [n for n in numbers if n]
+        if len(set(taken)) != len(taken):
+            raise ValueError(f"--ports: {text!r} uses a port twice")
+        return cls(*(n or None for n in numbers))
+
+
+@dataclass
+class Stack:
+    serve: ServerProcess
+    export: ServerProcess
+    prometheus: ServerProcess
+    api: PrometheusApi
+    emulated: bool
+
+    def inject(self, fault: dict[str, object]) -> None:
+        response = httpx.post(self.export.base_url + "/-/faults", json=fault, timeout=10)
+        if response.status_code != 201:
+            raise RuntimeError(f"the exporter refused fault {fault}: HTTP {response.status_code} {response.text}")
+
+
+@contextlib.contextmanager
+def started(
+    workdir: Path,
+    *,
+    profile: str,
+    rules: Path,
+    ports: Ports,
+    engine_args: Sequence[str],
+    model: str | None,
+    emulated: bool,
+    scrape_interval: str,
+) -> Iterator[Stack]:
+    """Start the three processes (serve first: the exporter follows it) and stop them all on exit."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        serve = kvscope_server(
+            workdir / "serve.log",
+            port=ports.serve,
+            profile=profile,
+            model=model,
+            extra_args=list(engine_args),
+        )
+        stack.enter_context(running(serve, ready_path="/ready", timeout=SERVE_READY_TIMEOUT))
+        export_port = ports.export or free_port()
+        export_argv = [
+            sys.executable,
+            "-m",
+            "kvscope.cli",
+            "export",
+            "--vllm",
+            serve.base_url + "/metrics",
+            "--web.listen-address",
+            f"127.0.0.1:{export_port}",
+            "--collect-interval",
+            "1",
+        ]
+        export_argv += ["--gpu", "emulated", "--emulated-gpus", str(EMULATED_GPUS)] if emulated else ["--gpu", "auto"]
+        export = start_process("kvscope export", export_argv, f"http://127.0.0.1:{export_port}", workdir / "export.log")
+        stack.enter_context(running(export, ready_path="/-/healthy", timeout=60))
+        prom = prometheus.start(
+            workdir / "prometheus",
+            {"kvscope": [f"127.0.0.1:{export_port}"]},
+            interval=scrape_interval,
+            rule_files=[rules],
+            port=ports.prometheus,
+        )
+        stack.enter_context(running(prom, ready_path="/-/ready", timeout=60))
+        api = PrometheusApi(prom.base_url)
+        api.wait_for_scrapes("kvscope")
+        yield Stack(serve, export, prom, api, emulated)

@@ -1,0 +1,233 @@
+"""The drill's pieces that need no running stack: compressed rules, ports, scenarios, prompts,
+the before/after table, the report and the CLI's usage errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+import yaml
+
+from alerts import build
+from diagnosis.findings import VOCABULARY
+from exporter.faults import Fault
+from kvscope import exitcodes
+from kvscope.cli import main
+from kvscope.drill import report, rules, scenarios
+from kvscope.drill.observe import AlertLog, Fired, Series
+from kvscope.drill.results import ProfileRun, comparison_rows, percentile
+from kvscope.drill.stack import Ports
+from kvscope.drill.traffic import Outcome, Prompts
+from kvscope.prometheus import binary
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("15s", 15), ("5m", 300), ("1h30m", 5400), ("3d", 259200), ("500ms", 0.5)]
+)
+def test_durations_parse_like_prometheus(text, seconds):
+    assert rules.seconds(text) == seconds
+
+
+def test_a_duration_that_is_not_one_is_refused():
+    with pytest.raises(ValueError, match="not a Prometheus duration"):
+        rules.seconds("5 minutes")
+
+
+def test_compression_divides_windows_offsets_and_subquery_steps():
+    expr = "rate(x[5m]) > 0 and max_over_time((rate(y[10m]))[1h:1m] offset 10m) >= 0.75 and rate(z[1m]) > 0"
+    out = rules.compress_expr(expr, 20, min_range=10, min_step=2)
+    assert out == ("rate(x[15s]) > 0 and max_over_time((rate(y[30s]))[3m:3s] offset 30s) >= 0.75 and rate(z[10s]) > 0")
+
+
+def test_compressed_rules_keep_thresholds_and_shorten_for():
+    source = yaml.safe_load((build.ALERTS_DIR / build.RULES_FILE).read_text())
+    fast = rules.compress(source, 20, scrape_interval=2)
+    before = {r["alert"]: r for g in source["groups"] for r in g["rules"] if "alert" in r}
+    after = {r["alert"]: r for g in fast["groups"] for r in g["rules"] if "alert" in r}
+    assert before.keys() == after.keys()
+    assert before["VLLMKVCacheNearlyFull"]["for"] == "5m" and after["VLLMKVCacheNearlyFull"]["for"] == "15s"
+    assert ">= 0.85" in after["VLLMKVCacheNearlyFull"]["expr"]
+    assert after["VLLMKVCacheNearlyFull"]["labels"] == before["VLLMKVCacheNearlyFull"]["labels"]
+    assert all(g["interval"] == "2s" for g in fast["groups"])
+    assert rules.compress(source, 1, 2)["groups"][0]["rules"] == source["groups"][0]["rules"]
+
+
+def test_compressed_rule_file_passes_promtool(tmp_path):
+    path = rules.write(tmp_path / "drill.yaml", 20, 2)
+    result = subprocess.run(
+        [binary("promtool"), "check", "rules", str(path)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_speedup_below_one_is_refused():
+    with pytest.raises(ValueError, match="at least 1"):
+        rules.compress({"groups": []}, 0.5, 2)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("auto", Ports()), ("8000,9400,9090", Ports(8000, 9400, 9090)), ("8000,,0", Ports(8000, None, None))],
+)
+def test_ports_parse(text, expected):
+    assert Ports.parse(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("8000", "SERVE,EXPORT,PROMETHEUS"),
+        ("a,b,c", "not three port numbers"),
+        ("1,1,2", "twice"),
+        ("1,2,70000", "0-65535"),
+    ],
+)
+def test_bad_ports_are_refused(text, message):
+    with pytest.raises(ValueError, match=message):
+        Ports.parse(text)
+
+
+def test_every_scenario_expects_a_vocabulary_bottleneck_and_generated_alerts():
+    alert_names = {
+        r["alert"]
+        for g in yaml.safe_load((build.ALERTS_DIR / build.RULES_FILE).read_text())["groups"]
+        for r in g["rules"]
+        if "alert" in r
+    }
+    assert set(scenarios.SCENARIOS) == {
+        "kv-avalanche",
+        "prefill-hol",
+        "prefix-miss",
+        "gpu-xid",
+        "thermal",
+        "pcie-degraded",
+        "memory-leak",
+    }
+    for s in scenarios.SCENARIOS.values():
+        assert s.expected in VOCABULARY, s.name
+        assert set(s.alerts) <= alert_names, s.name
+        if s.fault:
+            Fault(**s.fault)  # the exporter accepts it
+
+
+def test_phases_split_the_duration_and_carry_the_change():
+    kv = scenarios.get("kv-avalanche")
+    before, after = kv.phases(90)
+    assert (before.name, after.name) == ("before", "after")
+    assert before.seconds + after.seconds == pytest.approx(90)
+    assert after.rate == before.rate
+    assert after.mix.mean_prompt_tokens == pytest.approx(2 * before.mix.mean_prompt_tokens, rel=0.01)
+    assert before.mix.shares == (0.90, 0.08, 0.02)
+
+    hol = scenarios.get("prefill-hol").phases(60)[1]
+    assert hol.forced and {k for _, k in hol.forced} == {"long"} and hol.mix.long_tokens == 12000
+    assert all(0 <= t < hol.seconds for t, _ in hol.forced)
+
+    miss_before, miss_after = scenarios.get("prefix-miss").phases(60)
+    assert miss_before.system_prompt_seed is not None and miss_after.system_prompt_seed is None
+
+
+def test_unknown_scenario_names_the_choices():
+    with pytest.raises(ValueError, match="kv-avalanche"):
+        scenarios.get("nope")
+
+
+def test_prompts_share_the_system_prompt_only_while_it_is_shared():
+    before, after = scenarios.get("prefix-miss").phases(60)
+    prompts = Prompts(3)
+    shared = [prompts.make(before, "short").split("\n")[0] for _ in range(3)]
+    own = [prompts.make(after, "short").split("\n")[0] for _ in range(3)]
+    assert len(set(shared)) == 1 and len(set(own)) == 3
+    words = len(shared[0].split())
+    assert 0.7 * 2048 < words / 0.8 < 1.3 * 2048
+
+
+def test_percentile_interpolates_like_numpy():
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile([], 99) is None
+
+
+def _run(profile: str, ttft: float, preemptions: float, fired: dict[str, float]) -> ProfileRun:
+    outcomes = [
+        Outcome("after", "short", 120, 100.0 + i, ttft=ttft * (1 + i / 100), latency=1.0, output_tokens=32)
+        for i in range(100)
+    ]
+    log = AlertLog()
+    for name, at in fired.items():
+        log.fired[(name,)] = Fired(name, "warning", {"instance": "x"}, "", 130.0 + at)
+    series = Series([(0, 0.2), (30, 0.95), (60, 0.99)], [(0, 0), (60, 12)], [(0, 0), (60, 0.4)], [(0, 0.1), (60, 4.2)])
+    return ProfileRun(
+        profile,
+        100.0,
+        130.0,
+        190.0,
+        200.0,
+        outcomes,
+        log,
+        {"bottleneck": "kv_cache_exhaustion", "summary": "full"},
+        "### diagnosis",
+        series,
+        preemptions,
+        0.99,
+        1.5,
+        ["--enforce-eager"],
+    )
+
+
+def test_the_before_after_table_compares_the_profiles():
+    rows = comparison_rows([_run("default", 4.0, 29, {"VLLMKVCacheExhausted": 12}), _run("tuned", 0.4, 8, {})])
+    assert rows[0] == ["", "default", "tuned", "tuned / default"]
+    table = {r[0]: r[1:] for r in rows[1:]}
+    assert table["short-request p99 TTFT (after the change)"][0].endswith(" s")
+    assert table["short-request p99 TTFT (after the change)"][2] == "0.10x"
+    assert table["preemptions"][:2] == ["29", "8"]
+    assert table["alerts fired"][:2] == ["VLLMKVCacheExhausted", "none"]
+    assert table["diagnosis"][:2] == ["kv_cache_exhaustion", "kv_cache_exhaustion"]
+
+
+def test_the_report_has_a_summary_results_and_readable_plots(tmp_path):
+    runs = [_run("default", 4.0, 29, {"VLLMKVCacheExhausted": 12}), _run("tuned", 0.4, 8, {})]
+    summary = report.write(
+        tmp_path,
+        scenarios.get("kv-avalanche"),
+        runs,
+        speedup=20,
+        command="kvscope drill x",
+        passed=True,
+        verdict="passed",
+    )
+    text = summary.read_text()
+    assert "| preemptions | 29 | 8 |" in text and "![default](default.png)" in text
+    assert "+12 s `VLLMKVCacheExhausted`" in text
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["profiles"]["default"]["alerts_fired"] == {"VLLMKVCacheExhausted": 12.0}
+    for name in ("default.png", "tuned.png"):
+        image = matplotlib.image.imread(tmp_path / name)
+        assert image.shape[0] > 800 and image.shape[1] > 800
+        assert Path(tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["drill", "nope"], "unknown scenario"),
+        (["drill", "kv-avalanche", "--profile", "fast"], "--profile must be"),
+        (["drill", "kv-avalanche", "--ports", "1,2"], "SERVE,EXPORT,PROMETHEUS"),
+        (["drill", "kv-avalanche", "--duration", "5s"], "too short"),
+        (["drill", "kv-avalanche", "--duration", "soon"], "duration"),
+        (["drill", "kv-avalanche", "--alert-speedup", "0.5"], "at least 1"),
+    ],
+)
+def test_drill_usage_errors_exit_64_with_one_line(argv, message, capsys):
+    assert main(argv) == exitcodes.USAGE
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_fault_scenarios_refuse_real_gpus(capsys, tmp_path):
+    code = main(["drill", "gpu-xid", "--gpu", "real", "--report", str(tmp_path)])
+    assert code == exitcodes.USAGE
+    assert "--gpu" in capsys.readouterr().out
