@@ -485,7 +485,7 @@ def drill(
     options = DrillOptions(
         scenario=chosen,
         profiles=["default", "tuned"] if profile == "both" else [profile],
-        report=report or default_report_dir(scenario),
+        report=(report or default_report_dir(scenario)).resolve(),
         duration=seconds,
         ports=port_choice,
         speedup=alert_speedup,

@@ -54,7 +54,8 @@ def write_config(
         ],
     }
     if rule_files:
-        config["rule_files"] = [str(p) for p in rule_files]
+        # Prometheus reads relative rule paths from the config file's folder, not the caller's.
+        config["rule_files"] = [str(Path(p).resolve()) for p in rule_files]
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 
@@ -116,6 +117,10 @@ class PrometheusApi:
     ) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
         data = self._get("/api/v1/query_range", {"query": expr, "start": start, "end": end, "step": step})
         return [(r["metric"], [(float(t), float(v)) for t, v in r["values"]]) for r in data["result"]]
+
+    def rule_groups(self) -> list[dict[str, Any]]:
+        """The rule groups Prometheus loaded (empty when a rule file was not found)."""
+        return list(self._get("/api/v1/rules", {})["groups"])
 
     def alerts(self) -> list[dict[str, Any]]:
         return list(self._get("/api/v1/alerts", {})["alerts"])

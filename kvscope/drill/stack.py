@@ -108,5 +108,7 @@ def started(
         )
         stack.enter_context(running(prom, ready_path="/-/ready", timeout=60))
         api = PrometheusApi(prom.base_url)
+        if not any(g.get("rules") for g in api.rule_groups()):
+            raise RuntimeError(f"Prometheus loaded no rules from {rules}: see {prom.log_path}")
         api.wait_for_scrapes("kvscope")
         yield Stack(serve, export, prom, api, emulated)

@@ -30,16 +30,19 @@ SHORT = {  # seconds of traffic per profile in CI
 }
 
 
-def drill(tmp_path: Path, scenario: str, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+def drill(
+    report: Path, scenario: str, *extra: str, cwd: Path | None = None
+) -> tuple[subprocess.CompletedProcess[str], dict]:
     kvscope = Path(sys.executable).parent / "kvscope"
     result = subprocess.run(
-        [str(kvscope), "drill", scenario, "--duration", f"{SHORT[scenario]}s", "--report", str(tmp_path), *extra],
+        [str(kvscope), "drill", scenario, "--duration", f"{SHORT[scenario]}s", "--report", str(report), *extra],
         capture_output=True,
         text=True,
         timeout=900,
         check=False,
+        cwd=cwd,
     )
-    results_file = tmp_path / "results.json"
+    results_file = (cwd or Path.cwd()) / report / "results.json"
     assert results_file.is_file(), result.stdout[-3000:] + result.stderr[-3000:]
     return result, json.loads(results_file.read_text())
 
@@ -54,7 +57,9 @@ def test_every_scenario_has_a_ci_variant():
 
 
 def test_kv_avalanche_alerts_diagnoses_and_the_tuned_profile_fixes_it(tmp_path):
-    result, out = drill(tmp_path, "kv-avalanche", "--profile", "both")
+    # a relative report folder, as `make demo` gives it
+    result, out = drill(Path("demo-report"), "kv-avalanche", "--profile", "both", cwd=tmp_path)
+    tmp_path = tmp_path / "demo-report"
     assert result.returncode == 0, result.stdout[-4000:]
     default, tuned = out["profiles"]["default"], out["profiles"]["tuned"]
     assert set(default["alerts_fired"]) & set(out["expected_alerts"]), default["alerts_fired"]

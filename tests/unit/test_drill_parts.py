@@ -21,7 +21,7 @@ from kvscope.drill.observe import AlertLog, Fired, Series
 from kvscope.drill.results import ProfileRun, comparison_rows, percentile
 from kvscope.drill.stack import Ports
 from kvscope.drill.traffic import Outcome, Prompts
-from kvscope.prometheus import binary
+from kvscope.prometheus import binary, write_config
 
 
 @pytest.mark.parametrize(
@@ -231,3 +231,10 @@ def test_fault_scenarios_refuse_real_gpus(capsys, tmp_path):
     code = main(["drill", "gpu-xid", "--gpu", "real", "--report", str(tmp_path)])
     assert code == exitcodes.USAGE
     assert "--gpu" in capsys.readouterr().out
+
+
+def test_prometheus_config_names_rule_files_by_absolute_path(tmp_path, monkeypatch):
+    """Prometheus reads relative rule paths from its config's folder: `make demo` passes one."""
+    monkeypatch.chdir(tmp_path)
+    config = write_config(tmp_path / "prometheus.yml", {"j": ["h:1"]}, rule_files=[Path("rules.yaml")])
+    assert yaml.safe_load(config.read_text())["rule_files"] == [str(tmp_path / "rules.yaml")]
