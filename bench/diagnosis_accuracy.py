@@ -6,7 +6,6 @@ real Prometheus (backfilled), a saved bundle, and live pages (--scrape).
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,18 +41,7 @@ def main() -> int:
     start = time.time() - 62 * 60
     sims = [Simulation(s.instances, {"scenario": s.name}, s.kvscope_extras) for s in library]
     (work / "library.om").write_text(openmetrics(sims, start, 60))
-    subprocess.run(
-        [
-            prometheus.binary("promtool"),
-            "tsdb",
-            "create-blocks-from",
-            "openmetrics",
-            str(work / "library.om"),
-            str(work / "data"),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    prometheus.backfill(work / "library.om", work / "data")
     server = prometheus.start(work / "prometheus", {}, storage=work / "data", retention="30d")
     rows, right = [], 0
     with running(server, ready_path="/-/ready", timeout=60):

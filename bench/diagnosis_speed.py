@@ -60,18 +60,7 @@ def history(work: Path, hours: float, step: float) -> tuple[float, int]:
         samples += text.count("\n") - text.count("# ")
         path = work / f"chunk-{chunk}.om"
         path.write_text(text)
-        subprocess.run(
-            [
-                prometheus.binary("promtool"),
-                "tsdb",
-                "create-blocks-from",
-                "openmetrics",
-                str(path),
-                str(data),
-            ],
-            check=True,
-            capture_output=True,
-        )
+        prometheus.backfill(path, data)
         path.unlink()
         t += chunk_minutes * 60
         print(f"  chunk {chunk + 1}/{chunks} backfilled", file=sys.stderr, flush=True)

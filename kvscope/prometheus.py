@@ -4,6 +4,7 @@ for its HTTP API (instant and range queries, alerts)."""
 from __future__ import annotations
 
 import shutil
+import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -83,6 +84,16 @@ def start(
         "--web.enable-lifecycle",
     ]
     return start_process("prometheus", argv, f"http://127.0.0.1:{port}", workdir / "prometheus.log")
+
+
+def backfill(openmetrics: Path, data: Path) -> None:
+    """Write an OpenMetrics file with timestamps into TSDB blocks under `data`
+    (`promtool tsdb create-blocks-from openmetrics`), for a Prometheus started on `data`."""
+    subprocess.run(
+        [binary("promtool"), "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(data)],
+        check=True,
+        capture_output=True,
+    )
 
 
 @dataclass

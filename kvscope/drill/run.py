@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import shlex
 import shutil
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from rich.text import Text
 from kvscope import exitcodes
 from kvscope.drill import observe, report, stack
 from kvscope.drill import rules as drill_rules
-from kvscope.drill.results import ProfileRun, comparison_rows
+from kvscope.drill.results import ProfileRun, comparison_rows, percentile
 from kvscope.drill.scenarios import Scenario
 from kvscope.drill.traffic import Driver, Phase
 from kvscope.hardware import detect
@@ -103,8 +102,6 @@ class Monitor:
         p = self.driver.progress
         elapsed = time.time() - p.phase_started if p.phase_started else 0.0
         recent = [o.ttft for o in p.outcomes[-200:] if o.klass == "short" and o.ttft is not None]
-        from kvscope.drill.results import percentile
-
         p99 = percentile(recent, 99)
         grid = Table.grid(padding=(0, 2))
         grid.add_column(style="bold")
@@ -344,7 +341,3 @@ def default_report_dir(scenario: str) -> Path:
 
 def main_command(argv: Sequence[str]) -> str:
     return " ".join(shlex.quote(a) for a in ["kvscope", "drill", *argv]) if argv else "kvscope drill"
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit("use: kvscope drill SCENARIO")

@@ -48,18 +48,7 @@ def library(tmp_path_factory) -> Iterator[tuple[str, float]]:
     start = time.time() - 62 * 60
     sims = [Simulation(s.instances, {"scenario": s.name}, s.kvscope_extras) for s in SCENARIOS]
     (work / "library.om").write_text(openmetrics(sims, start, 60))
-    subprocess.run(
-        [
-            prometheus.binary("promtool"),
-            "tsdb",
-            "create-blocks-from",
-            "openmetrics",
-            str(work / "library.om"),
-            str(work / "data"),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    prometheus.backfill(work / "library.om", work / "data")
     server = prometheus.start(work / "prometheus", {}, storage=work / "data", retention="30d")
     with running(server, ready_path="/-/ready", timeout=60) as ready:
         yield ready.base_url, start
