@@ -125,15 +125,12 @@ def triage(ctx: Context, findings: list[Finding]) -> list[Step]:
     if kv is None:
         steps.append(Step(1, "kv_cache", "skipped", "no KV-cache usage series"))
     else:
-        status = "fail" if kv[0] >= t.KV_USAGE_CRITICAL.value else "ok"
-        steps.append(
-            Step(
-                1,
-                "kv_cache",
-                status,
-                f"peak KV-cache usage {kv[0]:.0%} on {kv[1]} (threshold {t.KV_USAGE_CRITICAL.value:.0%})",
-            )
-        )
+        ran_out = "kv_cache_exhaustion" in ids
+        status = "fail" if kv[0] >= t.KV_USAGE_CRITICAL.value or ran_out else "ok"
+        detail = f"peak KV-cache usage {kv[0]:.0%} on {kv[1]} (threshold {t.KV_USAGE_CRITICAL.value:.0%})"
+        if ran_out and kv[0] < t.KV_USAGE_CRITICAL.value:
+            detail += "; preemptions show the pool ran out between samples"
+        steps.append(Step(1, "kv_cache", status, detail))
     queue, waiting, slope = (
         _worst(ctx, "queue_p99"),
         _worst(ctx, "waiting_max"),

@@ -212,7 +212,9 @@ def diagnose(
         typer.Option(help='Extra HTTP header "Name: value" (e.g. X-Scope-OrgID); repeat.'),
     ] = None,
     bearer_token: Annotated[str | None, typer.Option(help="Bearer token for the API.")] = None,
-    interval: Annotated[str, typer.Option(help="--scrape: time between the two samples.")] = "10s",
+    interval: Annotated[
+        str, typer.Option(help="--scrape: how long to watch (counters rated over it, gauges sampled every second).")
+    ] = "10s",
     output_format: Annotated[str, typer.Option("--format", help="text | json | markdown")] = "text",
     save_bundle: Annotated[Path | None, typer.Option(help="Also save the evidence to this file.")] = None,
     forward: Annotated[str | None, typer.Option(help="--listen: POST each report (JSON) to this URL.")] = None,

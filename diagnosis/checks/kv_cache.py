@@ -27,13 +27,17 @@ def check(ctx: Context) -> Finding | None:
         kv = value(view, "kv_usage_max")
         preempt = value(view, "preemption_rate") or 0.0
         swapped = value(view, "swapped_max") or 0.0
-        if kv is not None and kv >= t.KV_USAGE_CRITICAL.value and (preempt > t.PREEMPTION_RATE.value or swapped > 0):
+        full = kv is not None and kv >= t.KV_USAGE_CRITICAL.value
+        # vLLM preempts only when no free KV block is left, so sustained preemptions prove the pool
+        # ran out even when the sampled usage gauge (which swings within a second) missed the peak
+        if preempt > t.PREEMPTION_RATE.value or (full and swapped > 0):
             hits.append(view)
     if not hits:
         return None
     ev, confidence = [], 0.6
     for view in hits:
-        ev.append(evidence(view, "kv_usage_max", t.KV_USAGE_CRITICAL))
+        if view.get("kv_usage_max"):
+            ev.append(evidence(view, "kv_usage_max", t.KV_USAGE_CRITICAL))
         if view.get("preemption_rate"):
             ev.append(evidence(view, "preemption_rate", t.PREEMPTION_RATE))
         if view.get("swapped_max") and (value(view, "swapped_max") or 0) > 0:
@@ -44,12 +48,22 @@ def check(ctx: Context) -> Finding | None:
     rate = value(worst, "preemption_rate") or 0.0
     confidence += 0.2 if rate > 10 * t.PREEMPTION_RATE.value else 0.1
     confidence += 0.15 if (value(worst, "waiting_max") or 0) > 0 else 0
+    peak = value(worst, "kv_usage_max")
+    if peak is None or peak < t.KV_USAGE_CRITICAL.value:
+        confidence -= 0.1
+        usage = (
+            f"sampled usage peaked at {peak:.0%}, below the peaks between samples"
+            if peak is not None
+            else "no usage gauge"
+        )
+    else:
+        usage = f"usage {peak:.0%}"
     names = ", ".join(describe(labels_of(v)) for v in hits)
     return Finding(
         id="kv_cache_exhaustion",
         severity=Severity.CRITICAL,
         confidence=confidence,
-        summary=f"KV cache full on {names}: usage {value(worst, 'kv_usage_max'):.0%} with "
+        summary=f"KV cache full on {names}: {usage} with "
         f"{rate:.2f} preemptions/s; requests are evicted and recompute their prefill.",
         affected=[affected(labels_of(v)) for v in hits],
         evidence=ev,

@@ -1,6 +1,9 @@
 """The scrape source: live /metrics pages (vLLM, kvscope serve, kvscope export, dcgm-exporter),
-each fetched twice `interval` seconds apart, so counters give rates and histograms give
-quantiles over the interval. Every sample gets `instance=<host:port>` as Prometheus would add.
+fetched at the start and the end of `interval`, so counters give rates and histograms give
+quantiles over the interval, and every `step` seconds in between, so gauges (KV usage, waiting
+requests) are sampled the way a Prometheus scrape would: KV usage swings within a second on a
+busy engine, and two samples alone can miss a full pool. Every sample gets
+`instance=<host:port>` as Prometheus would add.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
 class ScrapeSource:
     urls: Sequence[str]
     interval: float = 10.0
+    step: float = 1.0  # gauges are also sampled this often within the interval
     timeout: float = 10.0
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
@@ -71,10 +75,14 @@ class ScrapeSource:
         with httpx.Client() as client:
             first = self.snapshot(client)
             started = self.clock()
-            self.sleep(self.interval)
+            between: list[Snapshot] = []
+            while self.step > 0 and self.interval - (self.clock() - started) > self.step:
+                self.sleep(self.step)
+                between.append(self.snapshot(client))
+            self.sleep(max(self.interval - (self.clock() - started), 0.0))
             second = self.snapshot(client)
             elapsed = max(self.clock() - started, 1e-3)
-        return compute(measures, first, second, elapsed, f"scrape {self.name} over {elapsed:.0f}s")
+        return compute(measures, first, second, elapsed, f"scrape {self.name} over {elapsed:.0f}s", between=between)
 
 
 def _grouped(samples: Snapshot, name: str, measure: Measure, matcher: str = "") -> dict[tuple, list[promtext.Sample]]:
@@ -116,13 +124,20 @@ def _labels(key: tuple, measure: Measure) -> dict[str, str]:
     return {**dict(entity), **{b: v for b, v in zip(measure.by, by, strict=True) if v}}
 
 
-def compute(measures: Sequence[Measure], first: Snapshot, second: Snapshot, dt: float, how: str) -> Measurements:
-    """Every measure from two snapshots `dt` seconds apart."""
+def compute(
+    measures: Sequence[Measure],
+    first: Snapshot,
+    second: Snapshot,
+    dt: float,
+    how: str,
+    between: Sequence[Snapshot] = (),
+) -> Measurements:
+    """Every measure from two snapshots `dt` seconds apart; gauges also from those `between`."""
     out = Measurements()
     for measure in measures:
         values: list[Value] = []
         for index, name in enumerate(measure.names):
-            values = _one(measure, name, index, first, second, dt, how)
+            values = _one(measure, name, index, first, second, dt, how, between)
             if values:
                 break
         if values:
@@ -130,18 +145,29 @@ def compute(measures: Sequence[Measure], first: Snapshot, second: Snapshot, dt: 
     return out
 
 
-def _one(m: Measure, name: str, index: int, first: Snapshot, second: Snapshot, dt: float, how: str) -> list[Value]:
+def _one(
+    m: Measure,
+    name: str,
+    index: int,
+    first: Snapshot,
+    second: Snapshot,
+    dt: float,
+    how: str,
+    between: Sequence[Snapshot] = (),
+) -> list[Value]:
     query = f"{how}: {name}"
     now, before = _grouped(second, name, m, m.matchers), _grouped(first, name, m, m.matchers)
     values: list[Value] = []
     if m.kind in (Kind.GAUGE_MAX, Kind.GAUGE_AVG, Kind.GAUGE_MIN, Kind.GAUGE_LAST):
+        middle = [_grouped(snap, name, m, m.matchers) for snap in between]
         for key, samples in now.items():
-            pair = [sum(s.value for s in samples)] + ([sum(s.value for s in before[key])] if key in before else [])
+            seen = [sum(s.value for s in group[key]) for group in (before, *middle) if key in group]
+            seen.append(sum(s.value for s in samples))
             v = {
-                Kind.GAUGE_MAX: max(pair),
-                Kind.GAUGE_MIN: min(pair),
-                Kind.GAUGE_LAST: pair[0],
-                Kind.GAUGE_AVG: sum(pair) / len(pair),
+                Kind.GAUGE_MAX: max(seen),
+                Kind.GAUGE_MIN: min(seen),
+                Kind.GAUGE_LAST: seen[-1],
+                Kind.GAUGE_AVG: sum(seen) / len(seen),
             }[m.kind]
             values.append(Value(v, _labels(key, m), query))
     elif m.kind is Kind.DERIV:

@@ -7,10 +7,12 @@ import json
 import subprocess
 import sys
 import threading
+import time
 
 import httpx
 import pytest
 
+from kvscope import catalog, promtext
 from kvscope.launcher import kvscope_server, running
 from serving.demo_model import SERVED_NAME
 
@@ -33,32 +35,20 @@ def test_a_burst_of_long_requests_on_a_tiny_pool_is_kv_cache_exhaustion(tmp_path
     with running(server, ready_path="/ready", timeout=240):
         stop = threading.Event()
 
-        def burst() -> None:
+        def worker() -> None:  # one of 24 clients, each with a long request always in flight
             with httpx.Client(timeout=120) as client:
                 while not stop.is_set():
-                    threads = [
-                        threading.Thread(
-                            target=client.post,
-                            args=(server.base_url + "/v1/completions",),
-                            kwargs={
-                                "json": {
-                                    "model": SERVED_NAME,
-                                    "prompt": [7] * 400,
-                                    "max_tokens": 300,
-                                    "ignore_eos": True,
-                                }
-                            },
-                        )
-                        for _ in range(24)
-                    ]
-                    for th in threads:
-                        th.start()
-                    for th in threads:
-                        th.join()
+                    client.post(
+                        server.base_url + "/v1/completions",
+                        json={"model": SERVED_NAME, "prompt": [7] * 400, "max_tokens": 300, "ignore_eos": True},
+                    )
 
-        load = threading.Thread(target=burst, daemon=True)
-        load.start()
+        workers = [threading.Thread(target=worker, daemon=True) for _ in range(24)]
+        for w in workers:
+            w.start()
         try:
+            # diagnose once the pool is overrun, not while the first prefills are still running
+            assert preemptions(server.base_url, at_least=1, within=60), "the load never overran the pool"
             result = subprocess.run(
                 [
                     sys.executable,
@@ -68,7 +58,7 @@ def test_a_burst_of_long_requests_on_a_tiny_pool_is_kv_cache_exhaustion(tmp_path
                     "--scrape",
                     server.base_url + "/metrics",
                     "--interval",
-                    "4s",
+                    "6s",
                     "--format",
                     "json",
                 ],
@@ -84,4 +74,15 @@ def test_a_burst_of_long_requests_on_a_tiny_pool_is_kv_cache_exhaustion(tmp_path
         assert result.returncode == 2
         steps = {s["name"]: s["status"] for s in report["steps"]}
         assert steps["kv_cache"] == "fail" and steps["preemption"] == "fail"
-        load.join(180)
+        for w in workers:
+            w.join(180)
+
+
+def preemptions(base_url: str, at_least: float, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        page = promtext.parse(httpx.get(base_url + "/metrics", timeout=10).text)
+        if promtext.total(page, catalog.VLLM_NUM_PREEMPTIONS.name) >= at_least:
+            return True
+        time.sleep(0.5)
+    return False

@@ -11,9 +11,10 @@ from diagnosis.planner import PlanError, load_shape, plan
 from diagnosis.run import Request
 from diagnosis.sources import format_duration, parse_duration, parse_time
 from diagnosis.sources.prometheus import promql
-from diagnosis.sources.scrape import histogram_quantile
+from diagnosis.sources.scrape import ScrapeSource, histogram_quantile
 from diagnosis.verdict import diagnose
 from diagnosis.webhook import scoped
+from kvscope import catalog, promtext
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("15m", 900), ("1h30m", 5400), ("90s", 90), ("2d", 172800)])
@@ -109,3 +110,54 @@ def test_json_report_keeps_the_contract_keys():
     assert data["window"] == "30m" and data["bottleneck"] == "kv_cache_exhaustion" and data["severity"] == "critical"
     assert data["affected"] == [{"pod": "p"}]
     assert report.render_markdown(diagnose(m, 1796004000, 1800, "x")).startswith("### kvscope diagnosis: `kv_cache")
+
+
+class _Pages(ScrapeSource):
+    """A scrape source whose pages come from a list, one per snapshot, on a fake clock."""
+
+    def __init__(self, pages: list[str], interval: float, step: float) -> None:
+        self.now = 0.0
+        super().__init__(
+            ["http://engine:8000/metrics"], interval=interval, step=step, clock=self._clock, sleep=self._sleep
+        )
+        self.pages = iter(pages)
+        self.taken = 0
+
+    def _clock(self) -> float:
+        return self.now
+
+    def _sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def snapshot(self, client) -> list[promtext.Sample]:
+        self.taken += 1
+        page = promtext.parse(next(self.pages))
+        return [promtext.Sample(s.name, {"instance": "engine:8000", **s.labels}, s.value) for s in page]
+
+
+def _engine_page(kv: float, preemptions: float) -> str:
+    labels = '{engine="0",model_name="m"}'
+    return (
+        f"{catalog.VLLM_KV_CACHE_USAGE.name}{labels} {kv}\n"
+        f"{catalog.VLLM_NUM_PREEMPTIONS.name}{labels} {preemptions}\n"
+        f"{catalog.VLLM_REQUESTS_WAITING.name}{labels} 0\n"
+    )
+
+
+def test_the_scrape_source_samples_gauges_between_its_two_rate_samples():
+    # the pool is full only in the middle of the interval, as on a busy engine whose KV usage
+    # swings within seconds: the two end samples alone would report 40 %
+    pages = [_engine_page(kv, p) for kv, p in [(0.4, 0), (0.5, 3), (1.0, 7), (0.6, 9), (0.4, 12)]]
+    source = _Pages(pages, interval=4, step=1)
+    measured = source.fetch([BY_NAME["kv_usage_max"], BY_NAME["preemption_rate"]])
+    assert source.taken == 5
+    assert measured.values["kv_usage_max"][0].value == 1.0
+    assert measured.values["preemption_rate"][0].value == pytest.approx(12 / 4)
+
+
+def test_the_scrape_source_without_a_step_takes_two_samples():
+    source = _Pages([_engine_page(0.4, 0), _engine_page(0.5, 2)], interval=10, step=0)
+    measured = source.fetch([BY_NAME["kv_usage_max"], BY_NAME["preemption_rate"]])
+    assert source.taken == 2
+    assert measured.values["kv_usage_max"][0].value == 0.5
+    assert measured.values["preemption_rate"][0].value == pytest.approx(0.2)
