@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 import shlex
 import shutil
+import signal
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,6 +30,26 @@ from kvscope.drill.traffic import Driver, Phase
 from kvscope.hardware import detect
 
 POLL = 2.0  # seconds between looks at Prometheus while traffic runs
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a CI timeout, `kill`, a container stop): unwind like Ctrl-C, stopping every process."""
+
+
+@contextlib.contextmanager
+def _terminate_like_ctrl_c():
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def on_term(signum: int, frame: object) -> None:
+        raise Terminated
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @dataclass
@@ -286,11 +308,13 @@ def run(options: DrillOptions, console: Console | None = None) -> int:
     )
     runs: list[ProfileRun] = []
     try:
-        for profile in options.profiles:
-            runs.append(run_profile(console, options, profile, rules, emulated))
-    except KeyboardInterrupt:
-        console.print("kvscope drill: interrupted; every process it started has been stopped", highlight=False)
-        return 130
+        with _terminate_like_ctrl_c():
+            for profile in options.profiles:
+                runs.append(run_profile(console, options, profile, rules, emulated))
+    except KeyboardInterrupt as exc:
+        what, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
+        console.print(f"kvscope drill: {what}; every process it started has been stopped", highlight=False)
+        return code
     except Exception as exc:
         console.print(
             f"kvscope drill: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} "
