@@ -52,7 +52,7 @@ def check(ctx: Context) -> Finding | None:
     if peak is None or peak < t.KV_USAGE_CRITICAL.value:
         confidence -= 0.1
         usage = (
-            f"sampled usage peaked at {peak:.0%}, below the peaks between samples"
+            f"sampled usage peaked at {peak:.0%} (the pool filled between samples)"
             if peak is not None
             else "no usage gauge"
         )
