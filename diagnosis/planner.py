@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from kvscope.tuning import PREFILL_BUDGET_GPU, PREFILL_BUDGET_HOPPER, long_prefill_threshold
+
 GIB = 1 << 30
 _DTYPE_BYTES = {
     "float32": 4,
@@ -150,7 +152,7 @@ def plan(
         )
     if kv_dtype.startswith("fp16") or kv_dtype == "bf16":
         notes.append("--kv-cache-dtype fp8 doubles these numbers on GPUs with compute capability >= 8.9")
-    budget_tokens = 8192 if gpu_memory_gib >= 80 else 4096
+    budget_tokens = PREFILL_BUDGET_HOPPER if gpu_memory_gib >= 80 else PREFILL_BUDGET_GPU
     return Plan(
         kv_bytes_per_token=per_token,
         kv_bytes_per_token_ignoring_gqa=naive,
@@ -163,7 +165,7 @@ def plan(
         sequences_at_typical_length=at_typical,
         max_num_seqs=max(1, min(512, at_typical)),
         max_num_batched_tokens=budget_tokens,
-        long_prefill_token_threshold=budget_tokens // 4,
+        long_prefill_token_threshold=long_prefill_threshold(budget_tokens),
         kv_dtype=kv_dtype,
         notes=tuple(notes),
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 from diagnosis.checks import Context, evidence, labels_of, value
 from diagnosis.findings import Finding, Severity, affected, describe
 from kvscope import thresholds as t
+from kvscope.tuning import LONG_PREFILL_SHARE, PREFILL_BUDGET_CPU, PREFILL_BUDGET_HOPPER
 
 
 def check(ctx: Context) -> Finding | None:
@@ -51,10 +52,11 @@ def check(ctx: Context) -> Finding | None:
         affected=[affected(labels_of(v)) for v, _ in hits],
         evidence=ev,
         remediation=[
-            "bound each step's prefill: --enable-chunked-prefill --max-num-batched-tokens 8192 (H100-class; 1024 "
-            "on CPU) with --long-prefill-token-threshold at a quarter of it, so a long prompt cannot take a whole step",
+            f"bound each step's prefill: --enable-chunked-prefill --max-num-batched-tokens {PREFILL_BUDGET_HOPPER} "
+            f"(H100-class; {PREFILL_BUDGET_CPU} on CPU) with --long-prefill-token-threshold at 1/{LONG_PREFILL_SHARE} "
+            "of it, so long prompts cannot take a whole step even when several prefill at once",
             "--scheduling-policy priority with short prompts first and ageing (kvscope serve --profile tuned "
-            "assigns it at the gateway); measured here: short-request p99 TTFT 0.19x",
+            "assigns it at the gateway); measured here: short-request p99 TTFT 0.15x (docs/benchmarks.md)",
             "route very long prompts to a dedicated pool, or cap prompt length per tier at the gateway",
         ],
     )

@@ -1,9 +1,10 @@
-"""The drill's report folder: summary.md, results.json and one PNG per profile (KV usage,
+"""The drill's report folder: summary.md, results.json, and per profile a PNG (KV usage,
 waiting requests, preemptions and TTFT p99 over time, the change and alert firing times
-marked)."""
+marked) and requests-PROFILE.csv (one row per request)."""
 
 from __future__ import annotations
 
+import csv
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -79,6 +80,30 @@ def plot(run: ProfileRun, scenario: Scenario, path: Path) -> Path:
     return path
 
 
+REQUEST_COLUMNS = ("sent_s", "phase", "class", "prompt_tokens", "ttft_s", "latency_s", "output_tokens", "error")
+
+
+def write_requests(run: ProfileRun, path: Path) -> Path:
+    """One row per request (seconds from the start of traffic), for analysis beyond the table."""
+    with path.open("w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(REQUEST_COLUMNS)
+        for o in sorted(run.outcomes, key=lambda o: o.sent):
+            out.writerow(
+                [
+                    f"{o.sent - run.started:.3f}",
+                    o.phase,
+                    o.klass,
+                    o.prompt_tokens,
+                    "" if o.ttft is None else f"{o.ttft:.4f}",
+                    "" if o.latency is None else f"{o.latency:.4f}",
+                    o.output_tokens,
+                    o.error or "",
+                ]
+            )
+    return path
+
+
 def write(
     folder: Path,
     scenario: Scenario,
@@ -111,6 +136,7 @@ def write(
     ]
     for run in runs:
         png = plot(run, scenario, folder / f"{run.profile}.png")
+        write_requests(run, folder / f"requests-{run.profile}.csv")
         lines += [f"## Profile {run.profile}", ""]
         flags = " ".join(run.profile_flags) or "none: vLLM's defaults"
         lines += [f"Profile flags: `{flags}`; drill flags: `{' '.join(run.engine_args) or 'none'}`", ""]

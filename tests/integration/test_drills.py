@@ -73,6 +73,7 @@ def test_kv_avalanche_alerts_diagnoses_and_the_tuned_profile_fixes_it(tmp_path):
     summary = (tmp_path / "summary.md").read_text()
     assert "## Before / after" in summary and "kv_cache_exhaustion" in summary
     assert (tmp_path / "default.png").stat().st_size > 20_000 and (tmp_path / "tuned.png").stat().st_size > 20_000
+    assert (tmp_path / "requests-default.csv").read_text().count("\n") == default["requests"] + 1
 
 
 @pytest.mark.parametrize("scenario", [s for s in SHORT if s != "kv-avalanche"])

@@ -277,7 +277,7 @@ def test_engine_config_info_exposes_the_tuned_profile(kvscope):
     assert info["block_size"] == "32"
     assert info["scheduling_policy"] == "priority"
     assert info["max_num_batched_tokens"] == "1024"
-    assert info["long_prefill_token_threshold"] == "256"
+    assert info["long_prefill_token_threshold"] == "128"
     assert info["max_model_len"] == "16384"
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from serving.admission import AdmissionPolicy
 from serving.errors import Rejection
-from serving.gateway_config import GatewayConfig
+from serving.gateway_config import GatewayConfig, Qos
 from serving.quota import TenantQuotas
 from serving.tokens import CHAT, COMPLETIONS
 
@@ -89,7 +89,8 @@ def test_over_quota_is_429_with_retry_after_and_the_shortfall():
 
 def test_qos_priority_is_written_into_the_request():
     admission = policy().admit(COMPLETIONS, {"max_tokens": 5}, "t", "open", [5000 // 4], 1234)
-    assert admission.qos_class == "standard" and admission.body["priority"] == 1234 + 2000
+    standard = next(c for c in Qos().classes if c.name == "standard")
+    assert admission.qos_class == "standard" and admission.body["priority"] == 1234 + standard.delay_ms
 
 
 def test_without_priority_scheduling_the_client_priority_passes_untouched():

@@ -3,6 +3,7 @@ the before/after table, the report and the CLI's usage errors."""
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 from pathlib import Path
@@ -208,6 +209,11 @@ def test_the_report_has_a_summary_results_and_readable_plots(tmp_path):
         image = matplotlib.image.imread(tmp_path / name)
         assert image.shape[0] > 800 and image.shape[1] > 800
         assert Path(tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with (tmp_path / "requests-tuned.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 100 and rows[0]["sent_s"] == "0.000" and rows[-1]["sent_s"] == "99.000"
+    assert rows[0]["class"] == "short" and float(rows[0]["ttft_s"]) == pytest.approx(0.4)
+    assert rows[0]["error"] == "" and rows[0]["output_tokens"] == "32"
 
 
 @pytest.mark.parametrize(

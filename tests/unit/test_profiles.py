@@ -30,7 +30,7 @@ def test_tuned_on_h100_is_the_seeds_configuration():
     settings = tuned(H100, draft="small-draft")
     assert settings["block_size"] == 32
     assert settings["max_num_batched_tokens"] == 8192
-    assert settings["long_prefill_token_threshold"] == 2048
+    assert settings["long_prefill_token_threshold"] == 1024  # 1/8: room for short prompts
     assert settings["gpu_memory_utilization"] == 0.88
     assert settings["kv_cache_dtype"] == "fp8"
     assert settings["scheduling_policy"] == "priority"
@@ -46,7 +46,7 @@ def test_tuned_on_ampere_has_no_fp8_kv():
 
 def test_tuned_on_cpu_scales_the_budget_and_skips_gpu_only_knobs():
     settings = tuned(CPU)
-    assert settings["max_num_batched_tokens"] == 1024 and settings["long_prefill_token_threshold"] == 256
+    assert settings["max_num_batched_tokens"] == 1024 and settings["long_prefill_token_threshold"] == 128
     for gpu_only in (
         "kv_cache_dtype",
         "gpu_memory_utilization",

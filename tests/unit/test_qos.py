@@ -3,7 +3,15 @@
 from serving import qos
 from serving.gateway_config import Qos
 
-QOS = Qos()  # interactive <=512 (0 ms), standard <=4096 (2 s), bulk (10 s)
+QOS = Qos()  # interactive <=512 (0 s), standard <=4096 (15 s), bulk (60 s)
+BULK_DELAY_MS = QOS.classes[-1].delay_ms
+
+
+def test_the_defaults_follow_the_seeds_scheduler_order():
+    delays = [c.delay_ms for c in QOS.classes]
+    assert delays == sorted(delays) and delays[0] == 0
+    # seed 000: 10 s of lead per 1K prompt tokens, so a standard prompt outwaits a long queue
+    assert QOS.classes[1].delay_ms >= 10_000
 
 
 def test_prompt_length_picks_the_class():
@@ -15,13 +23,13 @@ def test_prompt_length_picks_the_class():
 
 def test_a_short_request_arriving_later_goes_before_a_long_one():
     long = qos.assign(QOS, 6000, arrival_ms=0, tier_delay_ms=0)
-    short = qos.assign(QOS, 100, arrival_ms=5000, tier_delay_ms=0)
+    short = qos.assign(QOS, 100, arrival_ms=BULK_DELAY_MS - 1, tier_delay_ms=0)
     assert short.priority < long.priority  # vLLM serves the lower value first
 
 
 def test_ageing_a_long_request_beats_short_ones_arriving_after_its_delay():
     long = qos.assign(QOS, 6000, arrival_ms=0, tier_delay_ms=0)
-    short = qos.assign(QOS, 100, arrival_ms=10_001, tier_delay_ms=0)
+    short = qos.assign(QOS, 100, arrival_ms=BULK_DELAY_MS + 1, tier_delay_ms=0)
     assert long.priority < short.priority
 
 
