@@ -755,6 +755,38 @@ def tenants() -> Board:
     b.add(
         ts("In flight by tenant", "short", [(f"sum by (tenant) ({c.GATEWAY_INFLIGHT.name}{{{tsel}}})", "{{tenant}}")])
     )
+    b.add(
+        ts(
+            "Held at the gateway for their class's KV share",
+            "short",
+            [
+                (
+                    f"sum by (priority_class) ({c.GATEWAY_LANE_WAITING.name})",
+                    "{{priority_class}} waiting",
+                ),
+                (
+                    f'sum by (priority_class) ({c.GATEWAY_LANE_TOKENS.name}{{kind="used"}})'
+                    f' / sum by (priority_class) ({c.GATEWAY_LANE_TOKENS.name}{{kind="capacity"}})',
+                    "{{priority_class}} share used",
+                ),
+            ],
+            description="Tuned profile: long prompts (the bulk class) together hold at most half of the KV "
+            "pool; more wait here, in priority order, instead of being preempted in the engine.",
+        )
+    )
+    b.add(
+        ts(
+            "Wait at the gateway p99 by class",
+            "s",
+            [
+                (
+                    f"histogram_quantile(0.99, sum by (le, priority_class) "
+                    f"(rate({c.GATEWAY_LANE_WAIT_SECONDS.name}_bucket[{RATE}])))",
+                    "{{priority_class}}",
+                )
+            ],
+        )
+    )
     return b
 
 

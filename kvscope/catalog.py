@@ -481,6 +481,29 @@ GATEWAY_QUOTA_LIMIT = _own(
     "tenant",
 )
 GATEWAY_INFLIGHT = _own("kvscope_gateway_inflight_requests", G, "requests", "Requests in flight, by tenant.", "tenant")
+GATEWAY_LANE_WAITING = _own(
+    "kvscope_gateway_lane_waiting_requests",
+    G,
+    "requests",
+    "Requests held at the gateway because their QoS class holds its share of the KV pool.",
+    "priority_class",
+)
+GATEWAY_LANE_TOKENS = _own(
+    "kvscope_gateway_lane_tokens",
+    G,
+    "tokens",
+    "KV tokens (prompt + max_tokens) of a QoS class: in use by its requests in the engine, and its capacity.",
+    "priority_class",
+    "kind",
+)
+GATEWAY_LANE_WAIT_SECONDS = _own(
+    "kvscope_gateway_lane_wait_seconds",
+    H,
+    "seconds",
+    "Time requests of a QoS class waited at the gateway for their class's KV share.",
+    "priority_class",
+    buckets=FINE_LATENCY_BUCKETS,
+)
 
 # --- kvscope's own: exporter ---------------------------------------------------------------
 

@@ -13,8 +13,9 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from opentelemetry import trace
@@ -22,6 +23,7 @@ from opentelemetry import trace
 from serving import tracing
 from serving.admission import Admission, AdmissionPolicy
 from serving.errors import Rejection, error_body
+from serving.lanes import KvLane
 from serving.metrics import ServingMetrics
 from serving.request_tags import FinishedPart, RequestTag, RequestTags, new_request_id
 from serving.tokens import CHAT, COMPLETIONS, PromptTokens, Tokenizer, prompt_tokens
@@ -87,6 +89,7 @@ class _Exchange:
     done: bool = False
     streaming: bool = False
     aborted: bool = False
+    held: bool = False  # waited at the gateway for its QoS class's KV share
     span_ended: bool = field(default=False, repr=False)
 
     @property
@@ -98,6 +101,22 @@ class _Exchange:
     @property
     def expected_parts(self) -> int:
         return len(self.admission.prompt_tokens) * self.admission.n
+
+
+def _lane_reading(lane: KvLane, attr: str) -> float:
+    return float(getattr(lane, attr))
+
+
+def _leave(lane: KvLane, waiter: asyncio.Future[bool], tokens: int) -> None:
+    """Give up a lane wait: return a grant already made, or withdraw from the queue."""
+    if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+        lane.release(tokens)
+    else:
+        waiter.cancel()  # KvLane.acquire hands on a grant that races the cancellation
+
+
+class ClientGoneError(Exception):
+    """The client disconnected while its request waited at the gateway."""
 
 
 class Gateway:
@@ -114,6 +133,7 @@ class Gateway:
         abort: Callable[[list[str]], Awaitable[None]],
         model_name: str,
         tracer: trace.Tracer | None = None,
+        kv_pool_tokens: int | None = None,
     ) -> None:
         self.app = app
         self.policy = policy
@@ -127,6 +147,22 @@ class Gateway:
         self.draining = False
         self.inflight = 0
         self._epoch = time.monotonic()
+        self.lanes = self._lanes(kv_pool_tokens)
+
+    def _lanes(self, kv_pool_tokens: int | None) -> dict[str, KvLane]:
+        """A KV lane per QoS class with a kv_share, when QoS is on and the pool is known."""
+        if not self.policy.qos_enabled or not kv_pool_tokens:
+            return {}
+        lanes = {}
+        for qos_class in self.policy.config.qos.classes:
+            if qos_class.kv_share is None:
+                continue
+            name = qos_class.name
+            lane = lanes[name] = KvLane(name, max(1, int(qos_class.kv_share * kv_pool_tokens)))
+            self.metrics.lane_tokens.labels(name, "capacity").set(lane.capacity)
+            self.metrics.lane_tokens.labels(name, "used").set_function(partial(_lane_reading, lane, "in_use"))
+            self.metrics.lane_waiting.labels(name).set_function(partial(_lane_reading, lane, "waiting"))
+        return lanes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -277,19 +313,50 @@ class Gateway:
         self.inflight += 1
         forwarded = {**scope, "headers": headers}
         self.metrics.gateway_seconds.labels(self.model_name).observe(time.perf_counter() - arrived)
+        lane = self.lanes.get(admission.qos_class)
         try:
-            if deadline is None:
+            async with contextlib.AsyncExitStack() as stack:
+                if deadline is not None:
+                    remaining = max(0.0, deadline - (time.perf_counter() - arrived))
+                    await stack.enter_async_context(asyncio.timeout(remaining))
+                if lane is not None:
+                    await stack.enter_async_context(self._in_lane(lane, exchange, receive))
                 await self.app(forwarded, receive_body, send_tracked)
-            else:
-                remaining = max(0.0, deadline - (time.perf_counter() - arrived))
-                async with asyncio.timeout(remaining):
-                    await self.app(forwarded, receive_body, send_tracked)
         except TimeoutError:
             await self._deadline_passed(exchange, send)
+        except ClientGoneError:
+            exchange.status = 499  # nginx's "client closed request": nothing to send
+            self.metrics.rejections.labels("client_disconnected", tenant).inc()
         finally:
             self.inflight -= 1
             self.metrics.inflight.labels(tenant).dec()
             self._settle(exchange)
+
+    @contextlib.asynccontextmanager
+    async def _in_lane(self, lane: KvLane, exchange: _Exchange, receive: Receive) -> AsyncIterator[None]:
+        """Hold the request until its class's KV share has room; give the room back after."""
+        tokens = exchange.admission.reserved_tokens
+        if not lane.try_acquire(tokens):
+            exchange.held = True
+            started = time.perf_counter()
+            waiter = asyncio.ensure_future(lane.acquire(tokens, exchange.admission.priority))
+            gone = asyncio.ensure_future(receive())  # the body is read: the next message is a disconnect
+            try:
+                await asyncio.wait((waiter, gone), return_when=asyncio.FIRST_COMPLETED)
+            except BaseException:  # the deadline (or shutdown) cancelled the wait
+                _leave(lane, waiter, tokens)
+                raise
+            finally:
+                gone.cancel()
+            if gone.done() and not gone.cancelled():
+                _leave(lane, waiter, tokens)
+                raise ClientGoneError
+            self.metrics.lane_wait.labels(lane.name).observe(time.perf_counter() - started)
+            exchange.tag.span.set_attribute("kvscope.lane_wait_seconds", time.perf_counter() - started)
+        try:
+            yield
+        finally:
+            lane.release(tokens)
 
     async def _deadline_passed(self, exchange: _Exchange, send: Send) -> None:
         """Abort inside the engine (frees its KV blocks) and tell the client why."""
@@ -297,10 +364,12 @@ class Gateway:
             await self.abort(exchange.engine_ids)
         exchange.aborted = True
         self.metrics.rejections.labels("deadline", exchange.tenant).inc()
-        message = (
-            f"the request ran past its deadline of {exchange.deadline:g} s "
-            f"(tier '{exchange.tier}') and was aborted in the engine"
+        where = (
+            f"while waiting at the gateway for the '{exchange.admission.qos_class}' class's KV share"
+            if exchange.held and not exchange.started
+            else "and was aborted in the engine"
         )
+        message = f"the request ran past its deadline of {exchange.deadline:g} s (tier '{exchange.tier}') {where}"
         if not exchange.started:
             exchange.status = 504
             await send_json(send, 504, error_body(504, message, code="deadline_exceeded"))

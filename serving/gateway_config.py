@@ -11,7 +11,7 @@ no quotas; requests longer than max_model_len are still refused before the engin
     qos:
       classes:
         - {name: interactive, max_prompt_tokens: 512, delay_ms: 0}
-        - {name: bulk, delay_ms: 60000}
+        - {name: bulk, delay_ms: 60000, kv_share: 0.5}
 """
 
 from __future__ import annotations
@@ -56,6 +56,13 @@ class QosClass(_Strict):
     name: str
     max_prompt_tokens: int | None = Field(None, ge=1)
     delay_ms: int = Field(ge=0)
+    kv_share: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="the class's requests together hold at most this share of the KV pool; "
+        "the rest wait at the gateway (serving/lanes.py); None: no limit",
+    )
 
 
 # Seed 000's PriorityScheduler ranks by prompt_len / 1000 - wait / 10: every 1K prompt tokens
@@ -64,7 +71,8 @@ class QosClass(_Strict):
 _DEFAULT_CLASSES = (
     QosClass(name="interactive", max_prompt_tokens=512, delay_ms=0),
     QosClass(name="standard", max_prompt_tokens=4096, delay_ms=15000),
-    QosClass(name="bulk", max_prompt_tokens=None, delay_ms=60000),
+    # two prompts past 4K tokens admitted together outgrew a pool they each fit (seed 000)
+    QosClass(name="bulk", max_prompt_tokens=None, delay_ms=60000, kv_share=0.5),
 )
 
 

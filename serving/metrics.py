@@ -32,3 +32,6 @@ class ServingMetrics:
         self.quota_remaining = gauge(catalog.GATEWAY_QUOTA_REMAINING, registry)
         self.quota_limit = gauge(catalog.GATEWAY_QUOTA_LIMIT, registry)
         self.inflight = gauge(catalog.GATEWAY_INFLIGHT, registry)
+        self.lane_waiting = gauge(catalog.GATEWAY_LANE_WAITING, registry)
+        self.lane_tokens = gauge(catalog.GATEWAY_LANE_TOKENS, registry)
+        self.lane_wait = histogram(catalog.GATEWAY_LANE_WAIT_SECONDS, registry)

@@ -153,7 +153,7 @@ async def serve(prepared: Prepared, options: ServeOptions) -> int:
     from vllm.usage.usage_lib import UsageContext
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    from serving.stat_logger import KvscopeStatLogger
+    from serving.stat_logger import KvscopeStatLogger, kv_capacity_tokens
 
     args = prepared.args
     disable_created_metrics()  # vLLM's own series carry no _created samples either
@@ -199,6 +199,7 @@ async def serve(prepared: Prepared, options: ServeOptions) -> int:
             abort=engine.abort,
             model_name=model_name,
             tracer=tracer,
+            kv_pool_tokens=kv_capacity_tokens(vllm_config),
         )
         for row in prepared.effective:
             metrics.config_info.labels(model_name, prepared.profile, row.dest, str(row.value)).set(1)

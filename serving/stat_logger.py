@@ -137,10 +137,14 @@ class KvscopeStatLogger(StatLoggerBase):
                 tag.on_finished(part)
 
     def log_engine_initialized(self) -> None:
-        cache = self.vllm_config.cache_config
-        capacity = getattr(cache, "kv_cache_size_tokens", None) or ((cache.num_gpu_blocks or 0) * cache.block_size)
-        self.metrics.capacity_tokens.labels(self.model_name).set(capacity)
+        self.metrics.capacity_tokens.labels(self.model_name).set(kv_capacity_tokens(self.vllm_config))
         self.metrics.bytes_per_token.labels(self.model_name).set(kv_bytes_per_token(self.vllm_config))
+
+
+def kv_capacity_tokens(vllm_config: Any) -> int:
+    """Tokens the engine's KV pool holds (0 before the engine has sized it)."""
+    cache = vllm_config.cache_config
+    return int(getattr(cache, "kv_cache_size_tokens", None) or ((cache.num_gpu_blocks or 0) * cache.block_size))
 
 
 def finished_part(fr: Any) -> FinishedPart:
