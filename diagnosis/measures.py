@@ -138,6 +138,13 @@ MEASURES: tuple[Measure, ...] = (
         help="p99 prompt length",
     ),
     _m("gateway_mean", E, Kind.MEAN, c.REQUEST_GATEWAY_SECONDS, help="mean time in the gateway"),
+    _m(
+        "held_max",
+        E,
+        Kind.GAUGE_MAX,
+        c.GATEWAY_LANE_WAITING,
+        help="peak requests held at the gateway for their class's KV share (kvscope serve)",
+    ),
     # throughput and errors
     _m("generation_tps", E, Kind.RATE, c.VLLM_GENERATION_TOKENS, help="generated tokens per second"),
     _m(

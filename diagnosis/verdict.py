@@ -131,18 +131,23 @@ def triage(ctx: Context, findings: list[Finding]) -> list[Step]:
         if ran_out and kv[0] < t.KV_USAGE_CRITICAL.value:
             detail += "; preemptions show the pool ran out between samples"
         steps.append(Step(1, "kv_cache", status, detail))
-    queue, waiting, slope = (
+    queue, waiting, slope, held = (
         _worst(ctx, "queue_p99"),
         _worst(ctx, "waiting_max"),
         _worst(ctx, "waiting_slope"),
+        _worst(ctx, "held_max"),
     )
     if waiting is None:
         steps.append(Step(2, "queue", "skipped", "no waiting-queue series"))
     else:
         growing = slope is not None and slope[0] > t.QUEUE_GROWTH.value
         slow = queue is not None and queue[0] >= t.QUEUE_TIME_P99.value
-        status = "fail" if growing or slow or waiting[0] >= t.QUEUE_BACKLOG.value else "ok"
+        backlog = waiting[0] + (held[0] if held is not None else 0.0)
+        status = "fail" if growing or slow or backlog >= t.QUEUE_BACKLOG.value else "ok"
         detail = f"up to {waiting[0]:.0f} waiting on {waiting[1]}"
+        if held is not None and held[0] >= 1:
+            # the engine's queue does not see them: kvscope serve's KV lanes hold them before it
+            detail += f" and up to {held[0]:.0f} held at the gateway for their class's KV share"
         if queue is not None:
             detail += f", p99 queue time {queue[0]:.2f} s (threshold {t.QUEUE_TIME_P99.value:g} s)"
         if growing and slope is not None:

@@ -268,6 +268,13 @@ def test_kvscope_metrics_agree_with_vllms_own_counters(kvscope):
     assert promtext.total(after, catalog.CACHE_BYTES_PER_TOKEN.name) == 1024  # 2x4 layers x2 heads x32 x2 B
 
 
+def test_long_prompts_get_a_kv_lane_of_half_the_pool(kvscope):
+    page = _metrics(kvscope)
+    lane = {s.labels["kind"]: s.value for s in promtext.select(page, catalog.GATEWAY_LANE_TOKENS.name)}
+    assert lane == {"capacity": KV_BLOCKS * 32 // 2, "used": 0}
+    assert promtext.total(page, catalog.GATEWAY_LANE_WAITING.name, priority_class="bulk") == 0
+
+
 def test_engine_config_info_exposes_the_tuned_profile(kvscope):
     page = _metrics(kvscope)
     info = {

@@ -108,6 +108,17 @@ def test_the_triage_fails_step_one_when_preemptions_show_the_pool_ran_out():
     assert steps["preemption"].status == "fail"
 
 
+def test_the_queue_step_counts_requests_held_at_the_gateway():
+    backlog = t.QUEUE_BACKLOG.value
+    quiet = {s.name: s for s in diagnose(measurements(engine={"held_max": 3}), 0, 900, "t").steps}["queue"]
+    assert quiet.status == "ok" and "up to 3 held at the gateway" in quiet.detail
+    held = {"waiting_max": backlog / 2, "held_max": backlog / 2}
+    step = {s.name: s for s in diagnose(measurements(engine=held), 0, 900, "t").steps}["queue"]
+    assert step.status == "fail"  # the engine's queue alone is under the backlog threshold
+    alone = {s.name: s for s in diagnose(measurements(engine={"waiting_max": backlog / 2}), 0, 900, "t").steps}
+    assert alone["queue"].status == "ok" and "held" not in alone["queue"].detail
+
+
 def test_kv_remediation_uses_the_pool_size():
     ctx = Context.of(
         measurements(
