@@ -201,6 +201,7 @@ async def serve(prepared: Prepared, options: ServeOptions) -> int:
             tracer=tracer,
             kv_pool_tokens=kv_capacity_tokens(vllm_config),
         )
+        _log_gateway(gateway, kv_capacity_tokens(vllm_config))
         for row in prepared.effective:
             metrics.config_info.labels(model_name, prepared.profile, row.dest, str(row.value)).set(1)
         config = uvicorn.Config(
@@ -259,6 +260,26 @@ async def _run_until_stopped(server, sock, gateway: Gateway, engine, drain_timeo
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
     return state["exit"]
+
+
+def _log_gateway(gateway: Gateway, pool_tokens: int) -> None:
+    """What the gateway does besides the engine flags: QoS classes and KV lanes."""
+    if not gateway.policy.qos_enabled:
+        return
+    classes = ", ".join(
+        f"{c.name} (<= {c.max_prompt_tokens} tokens, +{c.delay_ms / 1000:g} s)"
+        if c.max_prompt_tokens is not None
+        else f"{c.name} (longer, +{c.delay_ms / 1000:g} s)"
+        for c in gateway.policy.config.qos.classes
+    )
+    log.info("QoS priority by prompt length: %s", classes)
+    for lane in gateway.lanes.values():
+        log.info(
+            "KV lane %r: its requests together hold at most %d of the %d-token KV pool; more wait at the gateway",
+            lane.name,
+            lane.capacity,
+            pool_tokens,
+        )
 
 
 def _configure_logging() -> None:

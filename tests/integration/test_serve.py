@@ -273,6 +273,9 @@ def test_long_prompts_get_a_kv_lane_of_half_the_pool(kvscope):
     lane = {s.labels["kind"]: s.value for s in promtext.select(page, catalog.GATEWAY_LANE_TOKENS.name)}
     assert lane == {"capacity": KV_BLOCKS * 32 // 2, "used": 0}
     assert promtext.total(page, catalog.GATEWAY_LANE_WAITING.name, priority_class="bulk") == 0
+    started = kvscope.log_path.read_text(errors="replace")
+    assert f"KV lane 'bulk': its requests together hold at most {KV_BLOCKS * 32 // 2} of the" in started
+    assert "QoS priority by prompt length: interactive (<= 512 tokens, +0 s)" in started
 
 
 def test_engine_config_info_exposes_the_tuned_profile(kvscope):
