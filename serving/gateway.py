@@ -351,8 +351,9 @@ class Gateway:
             if gone.done() and not gone.cancelled():
                 _leave(lane, waiter, tokens)
                 raise ClientGoneError
-            self.metrics.lane_wait.labels(lane.name).observe(time.perf_counter() - started)
-            exchange.tag.span.set_attribute("kvscope.lane_wait_seconds", time.perf_counter() - started)
+            waited = time.perf_counter() - started
+            self.metrics.lane_wait.labels(lane.name).observe(waited)
+            exchange.tag.span.set_attribute("kvscope.lane_wait_seconds", waited)
         try:
             yield
         finally:
