@@ -14,7 +14,7 @@ demo: setup
 
 ## The foundation's smoke test: vLLM's own server on the demo model, a few requests, its metrics.
 quickstart: setup
-	$(PY) -m serving.quickstart
+	$(PY) -m drill.quickstart
 
 ## The whole suite, as CI runs it (unit + integration; GPU tests skip without a GPU).
 test: setup
@@ -28,10 +28,12 @@ test-fast: setup
 test-gpu: setup
 	$(PY) -m pytest tests/gpu -m gpu
 
+## Lint, format, types, and the layering contract (scripts/check_layers.py).
 check: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(PY) scripts/check_layers.py
 
 format: setup
 	$(VENV)/bin/ruff check --fix .

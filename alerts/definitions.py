@@ -1,55 +1,44 @@
-"""The alert and recording rules, as data: expressions from the catalog's names, limits from the
-thresholds table, so the alert, the dashboard's red line and the diagnosis move together.
+"""The alert rules, as data: expressions built with the one PromQL builder from catalog names,
+limits from the effective thresholds (kvscope.yaml), so the alert, the dashboard's red line and
+the diagnosis move together.
 
 Conventions (monitoring-mixins): CamelCase names prefixed by component, a `severity` label,
 a static `summary`, a templated `description` that ends with the `kvscope diagnose` command to
-run, and a `runbook_url` into docs/runbooks.md. Every alert carries two promtool cases: one
-where it fires (and, with `for:`, not before), one just below its threshold where it stays
-silent. The seeds' set (seed 002 section 6: GPUMemoryFull, GPUUtilLow, GPUXIDError,
-VLLMQueueBacklog, TTFTHigh) is here under kvscope's names, with the seed's numbers.
+run, and a `runbook_url` into docs/runbooks.md. Every alert carries promtool cases derived
+from its threshold: one where it fires (and, with `for:`, not before), one just below its
+threshold where it stays silent. The seeds' set (seed 002 section 6: GPUMemoryFull, GPUUtilLow,
+GPUXIDError, VLLMQueueBacklog, TTFTHigh) is here under kvscope's names, with the seed's numbers.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kvscope import catalog as c
 from kvscope import thresholds as t
-from kvscope.xid_catalog import Bucket, codes
+from kvscope.config import Config
+from kvscope.durations import parse_duration
+from kvscope.promql import Expr, Matcher, Selector, metric, quantile, regex_any
+from kvscope.thresholds import Threshold
+from kvscope.xid_catalog import CATALOG, Bucket, codes
 
-ENGINE = "namespace, pod, instance, target, model_name"
-GPU_BY = "instance, Hostname, gpu"
+ENGINE = ("namespace", "pod", "instance", "target", "model_name")
+GPU_BY = ("instance", "Hostname", "gpu")
 RUNBOOK_BASE = "https://github.com/kvscope/kvscope/blob/main/docs/runbooks.md"
-# vLLM's TTFT histogram bounds (vllm/v1/metrics/buckets.py): an SLO threshold must be one of them.
-TTFT_BUCKETS = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-    160.0,
-    640.0,
-    2560.0,
+THROTTLE_REASONS = (
+    "sw_power_cap",
+    "hw_slowdown",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
 )
 
-
-def either(*exprs: str) -> str:
-    """`A or B`: the current vLLM name first, legacy names after."""
-    return " or ".join(f"({e})" for e in exprs)
+# The test fixtures: one engine and one GPU, labelled as real exporters label them.
+E_LABELS = {"namespace": "prod", "pod": "vllm-0", "instance": "10.0.0.1:8000", "model_name": "m"}
+G_LABELS = {"instance": "node-1:9400", "Hostname": "node-1", "gpu": "3", "UUID": "GPU-3"}
 
 
 @dataclass(frozen=True)
@@ -60,6 +49,7 @@ class Case:
     at: str
     labels: dict[str, str] = field(default_factory=dict)  # labels the alert carries beyond name/severity
     value: float | None = None  # the alert's $value at `at` (None: the case expects no alert)
+    interval: str = "1m"  # promtool's step between input samples
 
 
 @dataclass(frozen=True)
@@ -74,233 +64,318 @@ class Alert:
     for_: str = "0m"
     diagnose_scope: str = "namespace"  # label the diagnose command narrows to ("" = none)
     group: str = "kvscope-engine"
+    more: tuple[Case, ...] = ()  # further cases that must fire (e.g. an XID the catalog lacks)
 
     @property
     def anchor(self) -> str:
         return self.name.lower()
 
-
-def _w(v: float) -> str:
-    return f"{v:g}"
-
-
-E_LABELS = {"namespace": "prod", "pod": "vllm-0", "instance": "10.0.0.1:8000", "model_name": "m"}
-E_SEL = '{namespace="prod",pod="vllm-0",instance="10.0.0.1:8000",model_name="m"}'
+    @property
+    def cases(self) -> tuple[Case, ...]:
+        return (self.fires, *self.more, self.silent)
 
 
-def e_series(metric: str, **extra: str) -> str:
-    """`metric{...}` of the engine in the test cases, with `extra` labels appended."""
-    more = "".join(f',{k}="{v}"' for k, v in extra.items())
-    return metric + E_SEL[:-1] + more + "}"
+class Fixtures:
+    """Series names for the cases, labelled as the user's selectors require."""
+
+    def __init__(self, config: Config) -> None:
+        self.engine_selector, self.gpu_selector = config.engine_selector, config.gpu_selector
+        self.engine_extra = _required_labels(self.engine_selector)
+        self.gpu_extra = _required_labels(self.gpu_selector)
+
+    def engine(self, signal: c.Signal, suffix: str = "", **extra: str) -> str:
+        return _series(signal, {**E_LABELS, **self.engine_extra, **extra}, suffix)
+
+    def gpu(self, signal: c.Signal, suffix: str = "", **extra: str) -> str:
+        return _series(signal, {**G_LABELS, **self.gpu_extra, **extra}, suffix)
+
+    @property
+    def engine_labels(self) -> dict[str, str]:
+        """What an engine alert (grouped by the engine's labels) carries."""
+        return {k: v for k, v in {**E_LABELS, **self.engine_extra}.items() if k in ENGINE}
+
+    def gpu_labels(self, *keep: str) -> dict[str, str]:
+        """What an alert that keeps every label of the GPU's series carries (or only `keep`)."""
+        labels = {**G_LABELS, **self.gpu_extra}
+        return {k: v for k, v in labels.items() if not keep or k in keep}
 
 
-G_LABELS = {"instance": "node-1:9400", "Hostname": "node-1", "gpu": "3"}
-G_SEL = '{instance="node-1:9400",Hostname="node-1",gpu="3",UUID="GPU-3"}'
+def _series(signal: c.Signal, labels: Mapping[str, str], suffix: str = "") -> str:
+    return str(metric(signal.name, Selector.of(**labels), suffix))  # the current name only
 
 
-def _engine_alerts() -> list[Alert]:
-    kv = either(*(f"max by ({ENGINE}) ({name})" for name in c.VLLM_KV_CACHE_USAGE.names))
-    preempt = f"sum by ({ENGINE}) (rate({c.VLLM_NUM_PREEMPTIONS.name}[5m]))"
-    swapped = f"max by ({ENGINE}) ({c.VLLM_REQUESTS_SWAPPED.name})"
-    waiting = f"max by ({ENGINE}) ({c.VLLM_REQUESTS_WAITING.name})"
-    queue_p99 = either(
-        *(
-            f"histogram_quantile(0.99, sum by (le, {ENGINE}) (rate({s.name}_bucket[5m])))"
-            for s in (c.VLLM_QUEUE_TIME, c.REQUEST_QUEUE_SECONDS)
-        )
-    )
-    ttft_p99 = f"histogram_quantile(0.99, sum by (le, {ENGINE}) (rate({c.VLLM_TTFT.name}_bucket[5m])))"
+def _required_labels(selector: Selector) -> dict[str, str]:
+    """Label values that satisfy a selector's positive matchers (for the test series)."""
+    out = {}
+    for m in selector.matchers:
+        if m.op == "=":
+            out[m.name] = m.value
+        elif m.op == "=~":
+            first = m.value.split("|")[0]
+            if first and all(ch.isalnum() or ch in "-_." for ch in first):
+                out[m.name] = first
+            else:
+                raise ValueError(f"selector {m}: the generated tests need a literal value to match")
+    return out
+
+
+# --- numbers for the cases ------------------------------------------------------------------
+
+
+def _above(limit: Threshold) -> float:
+    """A value clearly over a threshold, within its bounds."""
+    high = limit.bounds[1]
+    return min(limit.value * 1.2, (limit.value + high) / 2 if math.isfinite(high) else math.inf)
+
+
+def _below(limit: Threshold) -> float:
+    return limit.value * 0.8
+
+
+def _minutes(text: str) -> int:
+    return int(parse_duration(text) // 60)
+
+
+def _const(value: float, points: int = 10) -> str:
+    return f"{value:.12g}x{points}"
+
+
+def _per_minute(rate: float, points: int = 15) -> str:
+    """A counter growing `rate` per second, sampled every minute."""
+    return f"0+{rate * 60:.12g}x{points}"
+
+
+def _bucket_around(signal: c.Signal, limit: float) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(fires, silent) buckets of a histogram: all observations in a bucket wholly above the limit
+    (p99 > limit), or wholly at or below it (p99 <= limit)."""
+    bounds = (0.0, *signal.buckets)
+    pairs = list(itertools.pairwise(bounds))
+    above = next(((lo, hi) for lo, hi in pairs if lo >= limit), None)
+    below = next(((lo, hi) for lo, hi in reversed(pairs) if hi <= limit), None)
+    if above is None or below is None:
+        raise ValueError(f"{signal.name}: no bucket bound on both sides of {limit:g}")
+    return above, below
+
+
+def _le(bound: float) -> str:
+    """A bucket bound as prometheus_client writes it (5.0, 0.25, +Inf)."""
+    return "+Inf" if math.isinf(bound) else repr(float(bound))
+
+
+def _histogram_case(fx: Fixtures, signal: c.Signal, limit: float, fires: bool) -> tuple[dict[str, str], float]:
+    """Bucket series whose p99 is over (fires) or under the limit, and that p99."""
+    above, below = _bucket_around(signal, limit)
+    lo, hi = above if fires else below
+    series = {fx.engine(signal, "_bucket", le=_le(hi)): "0+10x15", fx.engine(signal, "_bucket", le="+Inf"): "0+10x15"}
+    if lo > 0:
+        series[fx.engine(signal, "_bucket", le=_le(lo))] = "0x15"
+    return series, lo + (hi - lo) * 0.99
+
+
+# --- expressions ------------------------------------------------------------------------------
+
+
+def _engine_alerts(config: Config) -> list[Alert]:
+    lim, fx, sel = config.thresholds, Fixtures(config), config.engine_selector
+    kv = metric(c.VLLM_KV_CACHE_USAGE, sel).max(ENGINE)
+    preempt = metric(c.VLLM_NUM_PREEMPTIONS, sel).rate("5m").sum(ENGINE)
+    swapped = metric(c.VLLM_REQUESTS_SWAPPED, sel).max(ENGINE)
+    waiting = metric(c.VLLM_REQUESTS_WAITING, sel).max(ENGINE)
+    queue_p99 = quantile(0.99, c.VLLM_QUEUE_TIME, c.REQUEST_QUEUE_SECONDS, window="5m", by=ENGINE, selector=sel)
+    ttft_p99 = quantile(0.99, c.VLLM_TTFT, window="5m", by=ENGINE, selector=sel)
+
+    def hit_ratio(span: str) -> Expr:
+        hits = metric(c.VLLM_PREFIX_CACHE_HITS, sel).rate(span).sum(ENGINE)
+        return hits / metric(c.VLLM_PREFIX_CACHE_QUERIES, sel).rate(span).sum(ENGINE)
+
+    failed = sel.where("finished_reason", "=~", "abort|error")
+    errors = metric(c.VLLM_REQUEST_SUCCESS, failed).rate("5m").sum(ENGINE) / metric(c.VLLM_REQUEST_SUCCESS, sel).rate(
+        "5m"
+    ).sum(ENGINE)
+
+    kv_warn, kv_crit = lim[t.KV_USAGE_WARNING], lim[t.KV_USAGE_CRITICAL]
+    pre, backlog = lim[t.PREEMPTION_RATE], lim[t.QUEUE_BACKLOG]
+    queue_limit, ttft_limit = lim[t.QUEUE_TIME_P99], lim[t.TTFT_P99]
+    floor, error_limit = lim[t.PREFIX_HIT_FLOOR], lim[t.ERROR_RATIO]
+    queue_fire, queue_fire_p99 = _histogram_case(fx, c.VLLM_QUEUE_TIME, queue_limit.value, True)
+    queue_quiet, _ = _histogram_case(fx, c.VLLM_QUEUE_TIME, queue_limit.value, False)
+    ttft_fire, ttft_fire_p99 = _histogram_case(fx, c.VLLM_TTFT, ttft_limit.value, True)
+    ttft_quiet, _ = _histogram_case(fx, c.VLLM_TTFT, ttft_limit.value, False)
     hits, queries = c.VLLM_PREFIX_CACHE_HITS, c.VLLM_PREFIX_CACHE_QUERIES
-
-    def hit_ratio(span: str, offset: str = "") -> str:
-        return either(
-            *(
-                f"sum by ({ENGINE}) (rate({h}[{span}]{offset})) / sum by ({ENGINE}) (rate({q}[{span}]{offset}))"
-                for h, q in zip(hits.names, queries.names, strict=True)
-            )
-        )
-
-    success = c.VLLM_REQUEST_SUCCESS.name
-    errors = (
-        f'sum by ({ENGINE}) (rate({success}{{finished_reason=~"abort|error"}}[5m])) / '
-        f"sum by ({ENGINE}) (rate({success}[5m]))"
-    )
-    ttft_bucket = c.VLLM_TTFT.name + "_bucket"
-    queue_bucket = c.VLLM_QUEUE_TIME.name + "_bucket"
+    low_hit = floor.value / 2
+    good_hit = min(1.0, (floor.value + 1) / 2)
+    success = c.VLLM_REQUEST_SUCCESS
+    bad_share, ok_share = min(0.9, error_limit.value * 2), error_limit.value * 0.8
+    kv_full = _above(kv_crit)
     return [
         Alert(
             "VLLMKVCacheNearlyFull",
-            f"({kv}) >= {_w(t.KV_USAGE_WARNING.value)}",
+            str(kv.ge(kv_warn.value)),
             "warning",
             "vLLM KV cache nearly full.",
             "KV-cache usage of {{ $labels.instance }} is {{ $value | humanizePercentage }}: "
             "the next burst of long prompts starts preemptions.",
-            fires=Case({c.VLLM_KV_CACHE_USAGE.name + E_SEL: "0.87x10"}, "5m", E_LABELS, 0.87),
-            silent=Case({c.VLLM_KV_CACHE_USAGE.name + E_SEL: "0.84x10"}, "5m"),
-            for_=t.KV_USAGE_WARNING.for_,
+            fires=Case(
+                {fx.engine(c.VLLM_KV_CACHE_USAGE): _const(_above(kv_warn))}, "5m", fx.engine_labels, _above(kv_warn)
+            ),
+            silent=Case({fx.engine(c.VLLM_KV_CACHE_USAGE): _const(_below(kv_warn))}, "5m"),
+            for_=kv_warn.for_,
         ),
         Alert(
             "VLLMKVCacheExhausted",
-            f"(({kv}) >= {_w(t.KV_USAGE_CRITICAL.value)}) and (({preempt} > 0) or ({swapped} > 0))",
+            str(kv.ge(kv_crit.value).and_(preempt.gt(0).or_(swapped.gt(0)))),
             "critical",
             "vLLM KV cache exhausted: requests are being preempted.",
             "KV-cache usage of {{ $labels.instance }} is {{ $value | humanizePercentage }} and "
             "requests are preempted (or swapped): they recompute their prefill and the queue grows (seed 000).",
             fires=Case(
-                {c.VLLM_KV_CACHE_USAGE.name + E_SEL: "0.95x10", c.VLLM_NUM_PREEMPTIONS.name + E_SEL: "0+3x10"},
+                {fx.engine(c.VLLM_KV_CACHE_USAGE): _const(kv_full), fx.engine(c.VLLM_NUM_PREEMPTIONS): "0+3x10"},
                 "4m",
-                E_LABELS,
-                0.95,
+                fx.engine_labels,
+                kv_full,
             ),
             silent=Case(
-                {c.VLLM_KV_CACHE_USAGE.name + E_SEL: "0.95x10", c.VLLM_NUM_PREEMPTIONS.name + E_SEL: "0+0x10"}, "4m"
+                {fx.engine(c.VLLM_KV_CACHE_USAGE): _const(kv_full), fx.engine(c.VLLM_NUM_PREEMPTIONS): "0+0x10"}, "4m"
             ),
-            for_=t.KV_USAGE_CRITICAL.for_,
+            for_=kv_crit.for_,
         ),
         Alert(
             "VLLMPreemptionsHigh",
-            f"{preempt} > {_w(t.PREEMPTION_RATE.value)}",
+            str(preempt.gt(pre.value)),
             "warning",
             "vLLM is preempting requests.",
             '{{ $labels.instance }} preempts {{ $value | printf "%.3g" }} requests per second: '
             "the KV pool is too small for the running set.",
-            fires=Case({c.VLLM_NUM_PREEMPTIONS.name + E_SEL: "0+6x15"}, "10m", E_LABELS, 0.1),
-            silent=Case({c.VLLM_NUM_PREEMPTIONS.name + E_SEL: "0+2.4x15"}, "10m"),
-            for_=t.PREEMPTION_RATE.for_,
+            fires=Case(
+                {fx.engine(c.VLLM_NUM_PREEMPTIONS): _per_minute(2 * pre.value)}, "10m", fx.engine_labels, 2 * pre.value
+            ),
+            silent=Case({fx.engine(c.VLLM_NUM_PREEMPTIONS): _per_minute(0.8 * pre.value)}, "10m"),
+            for_=pre.for_,
         ),
         Alert(
             "VLLMQueueBacklog",
-            f"{waiting} > {_w(t.QUEUE_BACKLOG.value)}",
+            str(waiting.gt(backlog.value)),
             "warning",
             "vLLM queue backlog: more load than capacity.",
             '{{ $labels.instance }} has {{ $value | printf "%.3g" }} requests waiting (seed 002: add capacity).',
-            fires=Case({c.VLLM_REQUESTS_WAITING.name + E_SEL: "150x10"}, "3m", E_LABELS, 150),
-            silent=Case({c.VLLM_REQUESTS_WAITING.name + E_SEL: "100x10"}, "3m"),
-            for_=t.QUEUE_BACKLOG.for_,
+            fires=Case(
+                {fx.engine(c.VLLM_REQUESTS_WAITING): _const(math.ceil(1.5 * backlog.value))},
+                "3m",
+                fx.engine_labels,
+                math.ceil(1.5 * backlog.value),
+            ),
+            silent=Case({fx.engine(c.VLLM_REQUESTS_WAITING): _const(backlog.value)}, "3m"),
+            for_=backlog.for_,
         ),
         Alert(
             "VLLMQueueTimeHigh",
-            f"({queue_p99}) > {_w(t.QUEUE_TIME_P99.value)}",
+            str(queue_p99.gt(queue_limit.value)),
             "warning",
             "vLLM requests wait long in the queue.",
             'p99 time in queue on {{ $labels.instance }} is {{ $value | printf "%.3g" }} s.',
-            fires=Case(
-                {
-                    e_series(queue_bucket, le="0.5"): "0x15",
-                    e_series(queue_bucket, le="2.5"): "0+10x15",
-                    e_series(queue_bucket, le="+Inf"): "0+10x15",
-                },
-                "10m",
-                E_LABELS,
-                2.48,
-            ),
-            silent=Case(
-                {
-                    e_series(queue_bucket, le="0.5"): "0+10x15",
-                    e_series(queue_bucket, le="+Inf"): "0+10x15",
-                },
-                "10m",
-            ),
-            for_=t.QUEUE_TIME_P99.for_,
+            fires=Case(queue_fire, "10m", fx.engine_labels, queue_fire_p99),
+            silent=Case(queue_quiet, "10m"),
+            for_=queue_limit.for_,
         ),
         Alert(
             "VLLMTTFTHigh",
-            f"{ttft_p99} > {_w(t.TTFT_P99.value)}",
+            str(ttft_p99.gt(ttft_limit.value)),
             "warning",
             "vLLM time to first token is high.",
             'p99 TTFT on {{ $labels.instance }} is {{ $value | printf "%.3g" }} s (seed 002: above 3 s users leave).',
-            fires=Case(
-                {
-                    e_series(ttft_bucket, le="2.5"): "0x15",
-                    e_series(ttft_bucket, le="5"): "0+10x15",
-                    e_series(ttft_bucket, le="+Inf"): "0+10x15",
-                },
-                "10m",
-                E_LABELS,
-                4.975,
-            ),
-            silent=Case(
-                {
-                    e_series(ttft_bucket, le="2.5"): "0+10x15",
-                    e_series(ttft_bucket, le="+Inf"): "0+10x15",
-                },
-                "10m",
-            ),
-            for_=t.TTFT_P99.for_,
+            fires=Case(ttft_fire, "10m", fx.engine_labels, ttft_fire_p99),
+            silent=Case(ttft_quiet, "10m"),
+            for_=ttft_limit.for_,
         ),
         Alert(
             "VLLMPrefixCacheHitRateDrop",
             # "it was healthy at some point in the hour before": a plain [1h] ratio would be
             # diluted by the drop itself and resolve the alert while the drop goes on.
-            f"(({hit_ratio('10m')}) < {_w(t.PREFIX_HIT_FLOOR.value)}) and "
-            f"(max_over_time(({hit_ratio('10m')})[1h:1m] offset 10m) >= {_w(t.PREFIX_HIT_FLOOR.value)})",
+            str(
+                hit_ratio("10m")
+                .lt(floor.value)
+                .and_(hit_ratio("10m").range("1h", "1m").offset("10m").over_time("max").ge(floor.value))
+            ),
             "warning",
             "vLLM prefix-cache hit rate dropped.",
             "The prefix-cache hit rate of {{ $labels.instance }} fell to {{ $value | humanizePercentage }} "
-            "(it was above 75 % the hour before): shared prefixes stopped being shared (seed 004).",
+            f"(it was above {floor.value:.0%} the hour before): shared prefixes stopped being shared (seed 004).",
             fires=Case(
-                {hits.name + E_SEL: "0+90x60 5400+10x30", queries.name + E_SEL: "0+100x90"}, "80m", E_LABELS, 0.1
+                {
+                    fx.engine(hits): f"0+{100 * good_hit:.12g}x60 {6000 * good_hit:.12g}+{100 * low_hit:.12g}x30",
+                    fx.engine(queries): "0+100x90",
+                },
+                "80m",
+                fx.engine_labels,
+                low_hit,
             ),
-            silent=Case({hits.name + E_SEL: "0+90x60 5400+80x30", queries.name + E_SEL: "0+100x90"}, "80m"),
-            for_=t.PREFIX_HIT_FLOOR.for_,
+            silent=Case(
+                {
+                    fx.engine(hits): f"0+{100 * good_hit:.12g}x60 {6000 * good_hit:.12g}+{100 * good_hit:.12g}x30",
+                    fx.engine(queries): "0+100x90",
+                },
+                "80m",
+            ),
+            for_=floor.for_,
         ),
         Alert(
             "VLLMErrorRatioHigh",
-            f"({errors}) > {_w(t.ERROR_RATIO.value)}",
+            str(errors.gt(error_limit.value)),
             "warning",
             "vLLM requests are failing.",
             "{{ $value | humanizePercentage }} of requests on {{ $labels.instance }} end in an abort or error.",
             fires=Case(
                 {
-                    e_series(success, finished_reason="length"): "0+90x15",
-                    e_series(success, finished_reason="error"): "0+10x15",
+                    fx.engine(success, finished_reason="length"): _per_minute(100 * (1 - bad_share) / 60),
+                    fx.engine(success, finished_reason="error"): _per_minute(100 * bad_share / 60),
                 },
                 "10m",
-                E_LABELS,
-                0.1,
+                fx.engine_labels,
+                bad_share,
             ),
             silent=Case(
                 {
-                    e_series(success, finished_reason="length"): "0+96x15",
-                    e_series(success, finished_reason="error"): "0+4x15",
+                    fx.engine(success, finished_reason="length"): _per_minute(100 * (1 - ok_share) / 60),
+                    fx.engine(success, finished_reason="error"): _per_minute(100 * ok_share / 60),
                 },
                 "10m",
             ),
-            for_=t.ERROR_RATIO.for_,
+            for_=error_limit.for_,
         ),
         Alert(
             "KvscopeTargetDown",
-            f"{c.TARGET_UP.name} == 0",
+            str(metric(c.TARGET_UP).eq(0)),
             "warning",
             "A vLLM target of kvscope export does not answer.",
             "kvscope export on {{ $labels.instance }} cannot scrape {{ $labels.target }}: its engine metrics are gone.",
             fires=Case(
-                {c.TARGET_UP.name + '{instance="node-1:9400",target="http://10.0.0.1:8000/metrics"}': "0x10"},
+                {_series(c.TARGET_UP, {"instance": "node-1:9400", "target": "http://10.0.0.1:8000/metrics"}): "0x10"},
                 "2m",
                 {"instance": "node-1:9400", "target": "http://10.0.0.1:8000/metrics"},
                 0,
             ),
             silent=Case(
-                {c.TARGET_UP.name + '{instance="node-1:9400",target="http://10.0.0.1:8000/metrics"}': "1x10"}, "2m"
+                {_series(c.TARGET_UP, {"instance": "node-1:9400", "target": "http://10.0.0.1:8000/metrics"}): "1x10"},
+                "2m",
             ),
-            for_=t.TARGET_DOWN_FOR.for_,
+            for_=lim[t.TARGET_DOWN_FOR].for_,
             diagnose_scope="",
         ),
         Alert(
             "KvscopeCollectorFailing",
-            f"{c.EXPORTER_COLLECTOR_SUCCESS.name} == 0",
+            str(metric(c.EXPORTER_COLLECTOR_SUCCESS).eq(0)),
             "warning",
             "A kvscope export collector is failing.",
             "The {{ $labels.collector }} collector of kvscope export on {{ $labels.instance }} fails: "
             "its series are missing.",
             fires=Case(
-                {c.EXPORTER_COLLECTOR_SUCCESS.name + '{instance="node-1:9400",collector="nvml"}': "0x10"},
+                {_series(c.EXPORTER_COLLECTOR_SUCCESS, {"instance": "node-1:9400", "collector": "nvml"}): "0x10"},
                 "5m",
                 {"instance": "node-1:9400", "collector": "nvml"},
                 0,
             ),
             silent=Case(
-                {c.EXPORTER_COLLECTOR_SUCCESS.name + '{instance="node-1:9400",collector="nvml"}': "1x10"}, "5m"
+                {_series(c.EXPORTER_COLLECTOR_SUCCESS, {"instance": "node-1:9400", "collector": "nvml"}): "1x10"}, "5m"
             ),
             for_="5m",
             diagnose_scope="",
@@ -308,120 +383,150 @@ def _engine_alerts() -> list[Alert]:
     ]
 
 
-def _gpu_alerts() -> list[Alert]:
-    used, free = c.DCGM_FB_USED.name, c.DCGM_FB_FREE.name
-    xid = c.GPU_XID_ERRORS.name
-    reasons = "sw_power_cap|hw_slowdown|sw_thermal_slowdown|hw_thermal_slowdown|hw_power_brake_slowdown"
+def _gpu_alerts(config: Config) -> list[Alert]:
+    lim, fx, sel = config.thresholds, Fixtures(config), config.gpu_selector
+    xid = c.GPU_XID_ERRORS
+    full, over, floor = lim[t.GPU_MEMORY_FULL], lim[t.GPU_MEMORY_OVER_BUDGET], lim[t.GPU_UTIL_FLOOR]
+    throttle, temp_limit = lim[t.THROTTLE_SHARE], lim[t.GPU_TEMP_HIGH]
+    saturation, replays = lim[t.PCIE_SATURATION], lim[t.PCIE_REPLAY_RATE]
 
-    def xid_alert(name: str, bucket: Bucket, severity: str, what: str, code: int) -> Alert:
-        pattern = "|".join(str(x) for x in codes(bucket))
+    def xid_count(matcher: Matcher) -> Expr:
+        return metric(xid, Selector((*sel.matchers, matcher))).increase("5m").sum((*GPU_BY, "xid")).gt(0)
+
+    def xid_alert(name: str, bucket: Bucket, severity: str, what: str, code: int, unknown: int | None = None) -> Alert:
+        expr = xid_count(Matcher("xid", "=~", regex_any(codes(bucket))))
+        if unknown is not None:  # XIDs the catalog does not know need a reset, as the diagnosis says
+            expr = expr.or_(xid_count(Matcher("xid", "!~", regex_any(CATALOG))))
+
+        def case(code: int, values: str, fires: bool) -> Case:
+            series = {fx.gpu(xid, xid=str(code)): values}
+            return (
+                Case(series, "4m", {**fx.gpu_labels(*GPU_BY), "xid": str(code)}, 1.0) if fires else Case(series, "4m")
+            )
+
         return Alert(
             name,
-            f'sum by ({GPU_BY}, xid) (increase({xid}{{xid=~"{pattern}"}}[5m])) > 0',
+            str(expr),
             severity,
             f"GPU XID error: {what}.",
             "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} reported XID {{ $labels.xid }} "
             f'({what}) {{{{ $value | printf "%.3g" }}}} time(s) in 5 minutes; '
             "see the XID table on the GPU fleet dashboard.",
-            fires=Case(
-                {
-                    xid
-                    + f'{{instance="node-1:9400",Hostname="node-1",gpu="3",UUID="GPU-3",xid="{code}"}}': "0 0 0 1 1 1"
-                },
-                "4m",
-                {**G_LABELS, "xid": str(code)},
-                1.0,
-            ),
-            silent=Case(
-                {
-                    xid
-                    + f'{{instance="node-1:9400",Hostname="node-1",gpu="3",UUID="GPU-3",xid="{code}"}}': "0 0 0 0 0 0"
-                },
-                "4m",
-            ),
+            fires=case(code, "0 0 0 1 1 1", True),
+            silent=case(code, "0 0 0 0 0 0", False),
+            more=() if unknown is None else (case(unknown, "0 0 0 1 1 1", True),),
             diagnose_scope="",
             group="kvscope-gpu",
         )
 
-    tx, rx, cap = c.DCGM_PCIE_TX_BYTES.name, c.DCGM_PCIE_RX_BYTES.name, c.GPU_PCIE_LINK_CAPACITY.name
-    pcie = " or ".join(
-        f"(max by (instance, gpu) ({m}) / on (instance, gpu) max by (instance, gpu) ({cap}) "
-        f"> {_w(t.PCIE_SATURATION.value)})"
-        for m in (tx, rx)
+    used, free, reserved = (metric(s, sel) for s in (c.DCGM_FB_USED, c.DCGM_FB_FREE, c.DCGM_FB_RESERVED))
+    # FB_RESERVED is missing from older dcgm-exporter counter lists: count it as 0 there
+    share = (used / (used + free + reserved.or_(used * 0))).max(GPU_BY)
+    budget = metric(c.ENGINE_MEMORY_BUDGET).max(("instance",))
+    memory = share.gt(budget + over.value, on=("instance",), group_left=()).or_(
+        share.gt(full.value).unless(budget, on=("instance",))
     )
+    util = metric(c.DCGM_GPU_UTIL, sel)
+    throttled = (
+        metric(c.GPU_CLOCK_EVENT_ACTIVE, sel.where("reason", "=~", "|".join(THROTTLE_REASONS)))
+        .over_time("avg", "5m")
+        .max(("instance", "gpu"))
+        .gt(throttle.value)
+        .and_(util.max(("instance", "gpu")).gt(floor.value), on=("instance", "gpu"))
+    )
+    tx, rx, cap = metric(c.DCGM_PCIE_TX_BYTES, sel), metric(c.DCGM_PCIE_RX_BYTES, sel), metric(c.GPU_PCIE_LINK_CAPACITY)
+
+    def pcie_share(direction: Expr) -> Expr:
+        return direction.max(("instance", "gpu")).binop("/", cap.max(("instance", "gpu")), on=("instance", "gpu"))
+
+    pcie = pcie_share(tx).gt(saturation.value).or_(pcie_share(rx).gt(saturation.value))
+    sticky = metric(c.DCGM_XID_ERRORS, sel)
+    degraded = (
+        metric(c.DCGM_PCIE_LINK_GEN, sel)
+        .lt(metric(c.DCGM_PCIE_MAX_LINK_GEN, sel))
+        .or_(metric(c.DCGM_PCIE_LINK_WIDTH, sel).lt(metric(c.DCGM_PCIE_MAX_LINK_WIDTH, sel)))
+    )
+    card = 81000.0
+    hot_use, ok_use = _memory_case(full.value, card)
+    cap_value = 63e9
+    over_share, under_share = min(0.99, (saturation.value + 1) / 2), saturation.value * 0.9
     return [
         Alert(
             "GPUMemoryFull",
-            f"{used} / ({used} + {free}) > {_w(t.GPU_MEMORY_FULL.value)}",
+            str(memory),
             "critical",
-            "GPU memory nearly exhausted.",
+            "GPU memory used beyond the engine's budget: near OOM.",
             "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} is {{ $value | humanizePercentage }} full: vLLM reserves "
             "its share up front, so this is more than the engine took (a leak or another process); CUDA OOM is near.",
             fires=Case(
-                {used + G_SEL: "78000x10", free + G_SEL: "3000x10"}, "2m", {**G_LABELS, "UUID": "GPU-3"}, 78000 / 81000
+                {fx.gpu(c.DCGM_FB_USED): _const(hot_use), fx.gpu(c.DCGM_FB_FREE): _const(card - hot_use)},
+                "2m",
+                fx.gpu_labels(*GPU_BY),
+                hot_use / card,
             ),
-            silent=Case({used + G_SEL: "76000x10", free + G_SEL: "5000x10"}, "2m"),
-            for_=t.GPU_MEMORY_FULL.for_,
+            silent=Case({fx.gpu(c.DCGM_FB_USED): _const(ok_use), fx.gpu(c.DCGM_FB_FREE): _const(card - ok_use)}, "2m"),
+            more=(_budget_case(fx, over.value, card),),
+            for_=full.for_,
             diagnose_scope="",
             group="kvscope-gpu",
         ),
         Alert(
             "GPUUtilLow",
-            f"{c.DCGM_GPU_UTIL.name} < {_w(t.GPU_UTIL_FLOOR.value)}",
+            str(util.lt(floor.value)),
             "info",
             "GPU mostly idle.",
             "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} has been "
             '{{ $value | printf "%.3g" }} % busy for 10 minutes '
             "(seed 002: consolidate or scale down).",
-            fires=Case({c.DCGM_GPU_UTIL.name + G_SEL: "10x20"}, "10m", {**G_LABELS, "UUID": "GPU-3"}, 10),
-            silent=Case({c.DCGM_GPU_UTIL.name + G_SEL: "20x20"}, "10m"),
-            for_=t.GPU_UTIL_FLOOR.for_,
+            fires=Case({fx.gpu(c.DCGM_GPU_UTIL): _const(floor.value / 2, 20)}, "10m", fx.gpu_labels(), floor.value / 2),
+            silent=Case({fx.gpu(c.DCGM_GPU_UTIL): _const(floor.value, 20)}, "10m"),
+            for_=floor.for_,
             diagnose_scope="",
             group="kvscope-gpu",
         ),
         xid_alert("GPUXidAppLevel", Bucket.APP, "warning", "an application fault; restart the app", 13),
-        xid_alert("GPUXidResetRequired", Bucket.RESET_GPU, "critical", "the GPU needs a reset", 48),
+        xid_alert("GPUXidResetRequired", Bucket.RESET_GPU, "critical", "the GPU needs a reset", 48, unknown=999),
         xid_alert("GPUXidDrainNode", Bucket.DRAIN_NODE, "critical", "drain the node", 79),
         Alert(
             "GPUXIDReported",
-            f"(max by ({GPU_BY}) ({c.DCGM_XID_ERRORS.name}) > 0 "
-            f"unless max by ({GPU_BY}) ({c.DCGM_XID_ERRORS.name} offset 5m)) "
-            f"or (max by ({GPU_BY}) (changes({c.DCGM_XID_ERRORS.name}[5m])) > 0)",
+            str(
+                sticky.max(GPU_BY)
+                .gt(0)
+                .unless(sticky.offset("5m").max(GPU_BY))
+                .or_(sticky.changes("5m").max(GPU_BY).gt(0))
+            ),
             "critical",
             "GPU XID error reported by dcgm-exporter.",
             "dcgm-exporter's last-XID value on GPU {{ $labels.gpu }} of {{ $labels.Hostname }} changed in the last "
             "5 minutes (seed 002: XIDs are hardware faults). The gauge is sticky, so only changes count.",
-            fires=Case({c.DCGM_XID_ERRORS.name + G_SEL: "0 0 0 79 79 79"}, "4m", G_LABELS, 79),
-            silent=Case({c.DCGM_XID_ERRORS.name + G_SEL: "79 79 79 79 79 79 79 79 79 79"}, "9m"),
+            fires=Case({fx.gpu(c.DCGM_XID_ERRORS): "0 0 0 79 79 79"}, "4m", fx.gpu_labels(*GPU_BY), 79),
+            silent=Case({fx.gpu(c.DCGM_XID_ERRORS): "79 79 79 79 79 79 79 79 79 79"}, "9m"),
             diagnose_scope="",
             group="kvscope-gpu",
         ),
         Alert(
             "GPURowRemapFailure",
-            f"{c.DCGM_ROW_REMAP_FAILURE.name} > 0",
+            str(metric(c.DCGM_ROW_REMAP_FAILURE, sel).gt(0)),
             "critical",
             "GPU row remap failed.",
             "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} failed to remap a row of HBM: reset the GPU and "
             "contact support.",
-            fires=Case({c.DCGM_ROW_REMAP_FAILURE.name + G_SEL: "0 1 1"}, "2m", {**G_LABELS, "UUID": "GPU-3"}, 1),
-            silent=Case({c.DCGM_ROW_REMAP_FAILURE.name + G_SEL: "0 0 0"}, "2m"),
+            fires=Case({fx.gpu(c.DCGM_ROW_REMAP_FAILURE): "0 1 1"}, "2m", fx.gpu_labels(), 1),
+            silent=Case({fx.gpu(c.DCGM_ROW_REMAP_FAILURE): "0 0 0"}, "2m"),
             diagnose_scope="",
             group="kvscope-gpu",
         ),
         Alert(
             "GPUThrottled",
-            f'(max by (instance, gpu) (avg_over_time({c.GPU_CLOCK_EVENT_ACTIVE.name}{{reason=~"{reasons}"}}[5m])) '
-            f"> {_w(t.THROTTLE_SHARE.value)}) and on (instance, gpu) "
-            f"(max by (instance, gpu) ({c.DCGM_GPU_UTIL.name}) > {_w(t.GPU_UTIL_FLOOR.value)})",
+            str(throttled),
             "warning",
             "GPU clocks held down by power or temperature.",
             "GPU {{ $labels.gpu }} on {{ $labels.instance }} was throttled {{ $value | humanizePercentage }} of the "
             "last 5 minutes while busy: latency follows the clock.",
             fires=Case(
                 {
-                    c.GPU_CLOCK_EVENT_ACTIVE.name
-                    + '{instance="node-1:9400",gpu="3",reason="sw_thermal_slowdown"}': "1x15",
-                    c.DCGM_GPU_UTIL.name + G_SEL: "90x15",
+                    fx.gpu(c.GPU_CLOCK_EVENT_ACTIVE, reason="sw_thermal_slowdown"): "1x15",
+                    fx.gpu(c.DCGM_GPU_UTIL): _const(min(100.0, 2 * floor.value + 50), 15),
                 },
                 "10m",
                 {"instance": "node-1:9400", "gpu": "3"},
@@ -429,100 +534,69 @@ def _gpu_alerts() -> list[Alert]:
             ),
             silent=Case(
                 {
-                    c.GPU_CLOCK_EVENT_ACTIVE.name
-                    + '{instance="node-1:9400",gpu="3",reason="sw_thermal_slowdown"}': "1x15",
-                    c.DCGM_GPU_UTIL.name + G_SEL: "5x15",
+                    fx.gpu(c.GPU_CLOCK_EVENT_ACTIVE, reason="sw_thermal_slowdown"): "1x15",
+                    fx.gpu(c.DCGM_GPU_UTIL): _const(floor.value / 4, 15),
                 },
                 "10m",
             ),
-            for_=t.CLOCK_BELOW_BASE.for_,
+            for_=lim[t.CLOCK_BELOW_BASE].for_,
             diagnose_scope="",
             group="kvscope-gpu",
         ),
         Alert(
             "GPUTemperatureHigh",
-            f"{c.DCGM_GPU_TEMP.name} >= {_w(t.GPU_TEMP_HIGH.value)}",
+            str(metric(c.DCGM_GPU_TEMP, sel).ge(temp_limit.value)),
             "warning",
             "GPU running hot.",
             'GPU {{ $labels.gpu }} on {{ $labels.Hostname }} is at {{ $value | printf "%.3g" }} C: it slows its clocks '
-            "near 87 C.",
-            fires=Case({c.DCGM_GPU_TEMP.name + G_SEL: "90x10"}, "5m", {**G_LABELS, "UUID": "GPU-3"}, 90),
-            silent=Case({c.DCGM_GPU_TEMP.name + G_SEL: "84x10"}, "5m"),
+            "near its slowdown temperature.",
+            fires=Case(
+                {fx.gpu(c.DCGM_GPU_TEMP): _const(temp_limit.value + 5)}, "5m", fx.gpu_labels(), temp_limit.value + 5
+            ),
+            silent=Case({fx.gpu(c.DCGM_GPU_TEMP): _const(temp_limit.value - 1)}, "5m"),
             for_="5m",
             diagnose_scope="",
             group="kvscope-gpu",
         ),
         Alert(
             "GPUPCIeLinkDegraded",
-            f"({c.DCGM_PCIE_LINK_GEN.name} < {c.DCGM_PCIE_MAX_LINK_GEN.name}) or "
-            f"({c.DCGM_PCIE_LINK_WIDTH.name} < {c.DCGM_PCIE_MAX_LINK_WIDTH.name})",
+            str(degraded),
             "warning",
             "GPU PCIe link degraded.",
             "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} runs its PCIe link below its generation or width: "
             "reseat or replace the card or riser.",
-            fires=Case(
-                {
-                    c.DCGM_PCIE_LINK_GEN.name + G_SEL: "3x10",
-                    c.DCGM_PCIE_MAX_LINK_GEN.name + G_SEL: "5x10",
-                    c.DCGM_PCIE_LINK_WIDTH.name + G_SEL: "16x10",
-                    c.DCGM_PCIE_MAX_LINK_WIDTH.name + G_SEL: "16x10",
-                },
-                "5m",
-                {**G_LABELS, "UUID": "GPU-3"},
-                3,
-            ),
-            silent=Case(
-                {
-                    c.DCGM_PCIE_LINK_GEN.name + G_SEL: "5x10",
-                    c.DCGM_PCIE_MAX_LINK_GEN.name + G_SEL: "5x10",
-                    c.DCGM_PCIE_LINK_WIDTH.name + G_SEL: "16x10",
-                    c.DCGM_PCIE_MAX_LINK_WIDTH.name + G_SEL: "16x10",
-                },
-                "5m",
-            ),
+            fires=Case(_link(fx, 3, 16), "5m", fx.gpu_labels(), 3),
+            silent=Case(_link(fx, 5, 16), "5m"),
             for_="5m",
             diagnose_scope="",
             group="kvscope-gpu",
         ),
         Alert(
             "GPUPCIeSaturated",
-            pcie,
+            str(pcie),
             "warning",
             "GPU PCIe link saturated.",
             "GPU {{ $labels.gpu }} on {{ $labels.instance }} moves {{ $value | humanizePercentage }} "
-            "of its PCIe link's "
-            "capacity (seed 002: host-device copies stall the engine).",
+            "of its PCIe link's capacity (seed 002: host-device copies stall the engine).",
             fires=Case(
-                {
-                    tx + G_SEL: "10e9x10",
-                    rx + G_SEL: "55e9x10",
-                    cap + '{instance="node-1:9400",gpu="3",UUID="GPU-3"}': "63e9x10",
-                },
-                "5m",
-                {"instance": "node-1:9400", "gpu": "3"},
-                55 / 63,
+                _pcie(fx, over_share * cap_value, cap_value), "5m", {"instance": "node-1:9400", "gpu": "3"}, over_share
             ),
-            silent=Case(
-                {
-                    tx + G_SEL: "10e9x10",
-                    rx + G_SEL: "50e9x10",
-                    cap + '{instance="node-1:9400",gpu="3",UUID="GPU-3"}': "63e9x10",
-                },
-                "5m",
-            ),
-            for_=t.PCIE_SATURATION.for_,
+            silent=Case(_pcie(fx, under_share * cap_value, cap_value), "5m"),
+            for_=saturation.for_,
             diagnose_scope="",
             group="kvscope-gpu",
         ),
         Alert(
             "GPUPCIeReplays",
-            f"rate({c.DCGM_PCIE_REPLAY.name}[5m]) > {_w(t.PCIE_REPLAY_RATE.value)}",
+            str(metric(c.DCGM_PCIE_REPLAY, sel).rate("5m").gt(replays.value)),
             "warning",
             "GPU PCIe link is retrying.",
             'GPU {{ $labels.gpu }} on {{ $labels.Hostname }} replays {{ $value | printf "%.3g" }} PCIe packets per '
             "second: the link is failing.",
-            fires=Case({c.DCGM_PCIE_REPLAY.name + G_SEL: "0+120x15"}, "10m", {**G_LABELS, "UUID": "GPU-3"}, 2),
-            silent=Case({c.DCGM_PCIE_REPLAY.name + G_SEL: "0+60x15"}, "10m"),
+            fires=Case(
+                {fx.gpu(c.DCGM_PCIE_REPLAY): _per_minute(2 * replays.value)}, "10m", fx.gpu_labels(), 2 * replays.value
+            ),
+            silent=Case({fx.gpu(c.DCGM_PCIE_REPLAY): _per_minute(replays.value / 2)}, "10m"),
             for_="5m",
             diagnose_scope="",
             group="kvscope-gpu",
@@ -530,49 +604,125 @@ def _gpu_alerts() -> list[Alert]:
     ]
 
 
+def _memory_case(full: float, card: float) -> tuple[float, float]:
+    """Framebuffer MiB used over and under `full` of a card (no engine budget known)."""
+    return round(card * min(0.995, (full + 1) / 2)), round(card * full * 0.98)
+
+
+def _budget_case(fx: Fixtures, over: float, card: float) -> Case:
+    """An engine given 80 % of the card, its GPU at 80 % + the margin + 2 %: over its budget
+    though far from full (the exporter joins the engine's budget on `instance`)."""
+    budget = 0.8
+    used = round(card * (budget + over + 0.02))
+    budget_series = _series(
+        c.ENGINE_MEMORY_BUDGET,
+        {"instance": G_LABELS["instance"], "target": "http://127.0.0.1:8000/metrics", "model_name": "m"},
+    )
+    series = {
+        fx.gpu(c.DCGM_FB_USED): _const(used),
+        fx.gpu(c.DCGM_FB_FREE): _const(card - used),
+        budget_series: _const(budget),
+    }
+    return Case(series, "3m", fx.gpu_labels(*GPU_BY), used / card)
+
+
+def _link(fx: Fixtures, gen: int, width: int) -> dict[str, str]:
+    return {
+        fx.gpu(c.DCGM_PCIE_LINK_GEN): _const(gen),
+        fx.gpu(c.DCGM_PCIE_MAX_LINK_GEN): _const(5),
+        fx.gpu(c.DCGM_PCIE_LINK_WIDTH): _const(width),
+        fx.gpu(c.DCGM_PCIE_MAX_LINK_WIDTH): _const(16),
+    }
+
+
+def _pcie(fx: Fixtures, rx: float, capacity: float) -> dict[str, str]:
+    return {
+        fx.gpu(c.DCGM_PCIE_TX_BYTES): _const(rx / 4),
+        fx.gpu(c.DCGM_PCIE_RX_BYTES): _const(rx),
+        _series(c.GPU_PCIE_LINK_CAPACITY, {"instance": "node-1:9400", "gpu": "3", "UUID": "GPU-3"}): _const(capacity),
+    }
+
+
+# --- SLOs ------------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class Slo:
-    """A service-level objective over vLLM's own counters, 30-day budget."""
+    """A service-level objective over vLLM's own counters, with its error budget's period."""
 
     name: str
     objective: float
-    good: str  # expr: good events per second over [W]
-    total: str  # expr: all events per second over [W]
+    good: Callable[[str], Expr]  # good events per second over a window
+    total: Callable[[str], Expr]  # all events per second over a window
     description: str
+    histogram: c.Signal | None = None  # the histogram whose bucket `bound` separates good from bad
+    bound: float | None = None
+
+    def bad_ratio(self, window: str) -> Expr:
+        """The share of bad events over `window`."""
+        return 1 - self.good(window) / self.total(window)
 
 
-SLO_BY = "namespace, model_name"
-BURN_RATES = (  # (severity, long window, short window, factor): Google SRE workbook, 30-day budget
-    ("critical", "1h", "5m", 14.4),
-    ("critical", "6h", "30m", 6.0),
-    ("warning", "1d", "2h", 3.0),
-    ("warning", "3d", "6h", 1.0),
-)
+SLO_BY = ("namespace", "model_name")
 
 
-def slos(ttft_objective: float = 0.99, ttft_seconds: float = 2.5, error_objective: float = 0.995) -> list[Slo]:
-    ttft, success = c.VLLM_TTFT.name, c.VLLM_REQUEST_SUCCESS.name
+def le(bound: float) -> Matcher:
+    """`le` for a bucket bound, as prometheus_client (5.0) or an older exporter (5) wrote it."""
+    return Matcher("le", "=~", regex_any(sorted({repr(float(bound)), f"{bound:g}"})))
+
+
+def slos(config: Config) -> list[Slo]:
+    slo, sel = config.slo, config.engine_selector
+
+    def rate_of(selector: Selector, signal: c.Signal, suffix: str = "") -> Callable[[str], Expr]:
+        return lambda window: metric(signal, selector, suffix).rate(window).sum(SLO_BY)
+
+    def within(signal: c.Signal, bound: float) -> Callable[[str], Expr]:
+        return rate_of(Selector((*sel.matchers, le(bound))), signal, "_bucket")
+
+    ok = sel.where("finished_reason", "=~", "stop|length|repetition")
     return [
         Slo(
             "ttft",
-            ttft_objective,
-            good=f'sum by ({SLO_BY}) (rate({ttft}_bucket{{le="{_w(ttft_seconds)}"}}[W]))',
-            total=f"sum by ({SLO_BY}) (rate({ttft}_count[W]))",
-            description=f"{ttft_objective:.2%} of requests get their first token within {ttft_seconds:g} s",
+            slo.ttft.objective,
+            within(c.VLLM_TTFT, slo.ttft.seconds),
+            rate_of(sel, c.VLLM_TTFT, "_count"),
+            f"{slo.ttft.objective:.2%} of requests get their first token within {slo.ttft.seconds:g} s",
+            c.VLLM_TTFT,
+            slo.ttft.seconds,
+        ),
+        Slo(
+            "itl",
+            slo.itl.objective,
+            within(c.VLLM_ITL, slo.itl.seconds),
+            rate_of(sel, c.VLLM_ITL, "_count"),
+            f"{slo.itl.objective:.2%} of output tokens follow the previous one within {slo.itl.seconds:g} s",
+            c.VLLM_ITL,
+            slo.itl.seconds,
         ),
         Slo(
             "errors",
-            error_objective,
-            good=f'sum by ({SLO_BY}) (rate({success}{{finished_reason=~"stop|length|repetition"}}[W]))',
-            total=f"sum by ({SLO_BY}) (rate({success}[W]))",
-            description=f"{error_objective:.2%} of requests finish without abort or error",
+            slo.errors.objective,
+            rate_of(ok, c.VLLM_REQUEST_SUCCESS),
+            rate_of(sel, c.VLLM_REQUEST_SUCCESS),
+            f"{slo.errors.objective:.2%} of requests finish without abort or error",
         ),
     ]
 
 
-def engine_alerts() -> list[Alert]:
-    return _engine_alerts()
+def engine_alerts(config: Config | None = None) -> list[Alert]:
+    return _engine_alerts(config or Config())
 
 
-def gpu_alerts() -> list[Alert]:
-    return _gpu_alerts()
+def gpu_alerts(config: Config | None = None) -> list[Alert]:
+    return _gpu_alerts(config or Config())
+
+
+def case_minutes(alert: Alert) -> int:
+    """The `for:` of an alert in whole minutes (for the "not before" check)."""
+    return _minutes(alert.for_) if alert.for_ not in ("", "0m", "0s") else 0
+
+
+def windows(config: Config, severity: str) -> Sequence[tuple[str, str, float]]:
+    """(long, short, factor) burn-rate window pairs of a severity."""
+    return [(w.long, w.short, w.factor) for w in config.slo.windows if w.severity == severity]

@@ -8,8 +8,9 @@ from pathlib import Path
 from alerts import definitions as d
 from alerts.build import build_rules, diagnose_command
 from kvscope import catalog
+from kvscope.config import Config
 
-RUNBOOKS_MD = Path(__file__).resolve().parent.parent / "docs" / "runbooks.md"
+RUNBOOKS_FILE = "runbooks.md"
 
 # alert -> (first checks, fixes)
 GUIDE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -140,8 +141,8 @@ SLO_GUIDE = (
 )
 
 
-def render(runbook_base: str = d.RUNBOOK_BASE) -> str:
-    _, alerts = build_rules(runbook_base)
+def render(config: Config | None = None, runbook_base: str = d.RUNBOOK_BASE) -> str:
+    _, alerts = build_rules(config, runbook_base)
     lines = [
         "# Runbooks",
         "",
@@ -180,6 +181,7 @@ def render(runbook_base: str = d.RUNBOOK_BASE) -> str:
     return "\n".join(lines)
 
 
-def write() -> Path:
-    RUNBOOKS_MD.write_text(render())
-    return RUNBOOKS_MD
+def write(path: Path, config: Config | None = None, runbook_base: str = d.RUNBOOK_BASE) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(config, runbook_base))
+    return path

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvscope.launcher import ServerProcess, kvscope_server, running, vllm_openai_server
+from drill.launcher import ServerProcess, kvscope_server, running, vllm_openai_server
 from serving.demo_model import SERVED_NAME, ensure_demo_model, synthetic_text
 
 WORDS_PER_TOKEN = 0.8  # the demo language: about 1.25 tokens per word

@@ -15,8 +15,9 @@ from diagnosis.measures import MEASURES
 from diagnosis.run import Request, run
 from diagnosis.sources.scrape import compute
 from diagnosis.verdict import diagnose
-from kvscope import prometheus, promtext
-from kvscope.launcher import running
+from drill import prometheus_server as prometheus
+from drill.launcher import running
+from kvscope import promtext
 from tests.scenarios.fleet import Simulation, openmetrics, page
 from tests.scenarios.library import DIAGNOSE_AT, scenarios
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from bench.common import percentile
 from diagnosis.run import Request, run
-from kvscope import prometheus
-from kvscope.launcher import running
+from drill import prometheus_server as prometheus
+from drill.launcher import running
 from tests.scenarios.fleet import Instance, Simulation, State, openmetrics
 
 

@@ -27,7 +27,7 @@ import psutil
 from openai import OpenAI
 
 from bench.common import percentile, server
-from kvscope.launcher import free_port, running, start_process
+from drill.launcher import free_port, running, start_process
 from serving.demo_model import SERVED_NAME
 from tests.fakes.pages import PageServer
 

@@ -13,7 +13,7 @@ queries fall back to legacy vLLM names with `or` so plain vLLM + dcgm-exporter f
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,42 +29,58 @@ from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from kvscope import catalog as c
 from kvscope import thresholds as t
-from kvscope.thresholds import Threshold
+from kvscope.config import Config
+from kvscope.promql import Expr, Matcher, Selector, label_values, metric, quantile
+from kvscope.thresholds import Threshold, Thresholds
 
-DASHBOARDS_DIR = Path(__file__).resolve().parent
 DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
-ENGINE_SEL = 'namespace=~"$namespace", instance=~"$instance", model_name=~"$model_name"'
-GPU_SEL = 'Hostname=~"$hostname", gpu=~"$gpu"'
-E_BY = "namespace, instance, pod, target"
-G_BY = "Hostname, gpu"
+E_BY = ("namespace", "instance", "pod", "target")
+G_BY = ("Hostname", "gpu")
 RATE = "$__rate_interval"
 
 
-def sel(name: str, selector: str, extra: str = "") -> str:
-    inner = ", ".join(p for p in (selector, extra) if p)
-    return f"{name}{{{inner}}}"
+def _variables(labels: dict[str, str]) -> Selector:
+    """label=~"$variable" for each label (Grafana's multi-value variables)."""
+    return Selector(tuple(Matcher(label, "=~", f"${variable}") for label, variable in labels.items()))
 
 
-def either(*exprs: str) -> str:
-    return " or ".join(f"({e})" for e in exprs)
+@dataclass(frozen=True)
+class Scope:
+    """The selectors every panel's query carries: the board's variables and kvscope.yaml's."""
 
+    engine: Selector
+    gpu: Selector
+    limits: Thresholds
 
-def engine_gauge(signal: c.Signal, agg: str = "max") -> str:
-    """Per-instance gauge, current name first and legacy names after."""
-    return either(*(f"{agg} by ({E_BY}) ({sel(n, ENGINE_SEL)})" for n in signal.names))
-
-
-def engine_rate(signal: c.Signal, extra: str = "", by: str = E_BY) -> str:
-    return either(*(f"sum by ({by}) (rate({sel(n, ENGINE_SEL, extra)}[{RATE}]))" for n in signal.names))
-
-
-def quantile(q: float, signal: c.Signal, by: str = E_BY, selector: str = ENGINE_SEL) -> str:
-    return either(
-        *(
-            f"histogram_quantile({q}, sum by (le, {by}) (rate({sel(n + '_bucket', selector)}[{RATE}])))"
-            for n in signal.names
+    @classmethod
+    def of(cls, config: Config) -> Scope:
+        engine = config.engine_selector & _variables(
+            {"namespace": "namespace", "instance": "instance", "model_name": "model_name"}
         )
-    )
+        gpu = config.gpu_selector & _variables({"Hostname": "hostname", "gpu": "gpu"})
+        return cls(engine, gpu, config.thresholds)
+
+    def line(self, threshold: Threshold) -> Threshold:
+        """The effective threshold for a red line."""
+        return self.limits[threshold]
+
+    def e(self, signal: c.Signal, extra: Selector | None = None, suffix: str = "") -> Expr:
+        return metric(signal, self.engine & (extra or Selector()), suffix)
+
+    def g(self, signal: c.Signal, suffix: str = "") -> Expr:
+        return metric(signal, self.gpu, suffix)
+
+    def engine_gauge(self, signal: c.Signal, agg: str = "max") -> Expr:
+        """Per-instance gauge, current name first and legacy names after."""
+        return self.e(signal).aggregate(agg, E_BY)
+
+    def engine_rate(self, signal: c.Signal, extra: Selector | None = None, by: tuple[str, ...] = E_BY) -> Expr:
+        return self.e(signal, extra).rate(RATE).sum(by)
+
+    def quantile(
+        self, q: float, signal: c.Signal, by: tuple[str, ...] = E_BY, selector: Selector | None = None
+    ) -> Expr:
+        return quantile(q, signal, window=RATE, by=by, selector=self.engine if selector is None else selector)
 
 
 @dataclass
@@ -124,11 +140,12 @@ class Board:
         return self.builder.build()
 
 
-def _targets(
-    panel: Any, queries: Sequence[tuple[str, str]], instant: bool = False, fmt: PromQueryFormat | None = None
-) -> Any:
+Query = tuple[Expr | str, str]  # (expression, legend)
+
+
+def _targets(panel: Any, queries: Sequence[Query], instant: bool = False, fmt: PromQueryFormat | None = None) -> Any:
     for i, (expr, legend) in enumerate(queries):
-        q = prometheus.Dataquery().expr(expr).legend_format(legend).ref_id(chr(ord("A") + i))
+        q = prometheus.Dataquery().expr(str(expr)).legend_format(legend).ref_id(chr(ord("A") + i))
         if instant:
             q = q.instant()
         if fmt:
@@ -148,7 +165,7 @@ def _thresholds(lines: Sequence[tuple[Threshold | float, str]], base: str = "gre
 def ts(
     title: str,
     unit: str,
-    queries: Sequence[tuple[str, str]],
+    queries: Sequence[Query],
     description: str = "",
     lines: Sequence[tuple[Threshold | float, str]] = (),
     stack: bool = False,
@@ -176,39 +193,41 @@ def _stacking() -> Any:
 
 
 def st(
-    title: str, unit: str, expr: str, description: str = "", lines: Sequence[tuple[Threshold | float, str]] = ()
+    title: str, unit: str, expr: Expr, description: str = "", lines: Sequence[tuple[Threshold | float, str]] = ()
 ) -> Any:
     panel = stat.Panel().title(title).description(description).unit(unit).thresholds(_thresholds(lines))
     return _targets(panel, [(expr, "")])
 
 
-def tbl(title: str, queries: Sequence[tuple[str, str]], description: str = "", unit: str = "short") -> Any:
+def tbl(title: str, queries: Sequence[Query], description: str = "", unit: str = "short") -> Any:
     panel = table.Panel().title(title).description(description).unit(unit).thresholds(_thresholds(()))
     return _targets(panel, queries, instant=True, fmt=PromQueryFormat.TABLE)
 
 
-def hm(title: str, expr: str, description: str = "", unit: str = "short") -> Any:
+def hm(title: str, expr: Expr, description: str = "", unit: str = "short") -> Any:
     panel = heatmap.Panel().title(title).description(description).unit(unit).thresholds(_thresholds(()))
     return _targets(panel, [(expr, "{{le}}")], fmt=PromQueryFormat.HEATMAP)
 
 
 def _engine_variables(board: Board) -> Board:
-    running = c.VLLM_REQUESTS_RUNNING.name
+    running = metric(c.VLLM_REQUESTS_RUNNING)
+    in_namespace = metric(c.VLLM_REQUESTS_RUNNING, _variables({"namespace": "namespace"}))
     return (
-        board.query_variable("namespace", "Namespace", f"label_values({running}, namespace)")
-        .query_variable("instance", "Instance / pod", f'label_values({running}{{namespace=~"$namespace"}}, instance)')
-        .query_variable("model_name", "Model", f"label_values({running}, model_name)")
+        board.query_variable("namespace", "Namespace", label_values(running, "namespace"))
+        .query_variable("instance", "Instance / pod", label_values(in_namespace, "instance"))
+        .query_variable("model_name", "Model", label_values(running, "model_name"))
     )
 
 
 def _gpu_variables(board: Board) -> Board:
-    util = c.DCGM_GPU_UTIL.name
-    return board.query_variable("hostname", "Node", f"label_values({util}, Hostname)").query_variable(
-        "gpu", "GPU", f'label_values({util}{{Hostname=~"$hostname"}}, gpu)'
+    util = metric(c.DCGM_GPU_UTIL)
+    on_host = metric(c.DCGM_GPU_UTIL, _variables({"Hostname": "hostname"}))
+    return board.query_variable("hostname", "Node", label_values(util, "Hostname")).query_variable(
+        "gpu", "GPU", label_values(on_host, "gpu")
     )
 
 
-def overview() -> Board:
+def overview(sc: Scope) -> Board:
     b = _engine_variables(
         Board(
             "LLM serving overview",
@@ -218,52 +237,43 @@ def overview() -> Board:
         )
     )
     _gpu_variables(b)
-    kv = engine_gauge(c.VLLM_KV_CACHE_USAGE)
+    kv = sc.engine_gauge(c.VLLM_KV_CACHE_USAGE)
+    kv_lines = [(sc.line(t.KV_USAGE_WARNING), "orange"), (sc.line(t.KV_USAGE_CRITICAL), "red")]
     b.row("KV cache")
     b.add(
         st(
             "KV-cache usage (peak instance)",
             "percentunit",
-            f"max({kv})",
+            kv.collapse().max(),
             "The core signal: above 90 % with preemptions is the avalanche.",
-            [(t.KV_USAGE_WARNING, "orange"), (t.KV_USAGE_CRITICAL, "red")],
+            kv_lines,
         ),
         span=6,
     )
-    b.add(
-        ts(
-            "KV-cache usage per instance",
-            "percentunit",
-            [(kv, "{{instance}} {{pod}}")],
-            lines=[(t.KV_USAGE_WARNING, "orange"), (t.KV_USAGE_CRITICAL, "red")],
-        ),
-        span=18,
-    )
+    b.add(ts("KV-cache usage per instance", "percentunit", [(kv, "{{instance}} {{pod}}")], lines=kv_lines), span=18)
     b.row("Business")
     b.add(
         ts(
             "Requests by finish reason",
             "reqps",
-            [(engine_rate(c.VLLM_REQUEST_SUCCESS, by="finished_reason"), "{{finished_reason}}")],
+            [(sc.engine_rate(c.VLLM_REQUEST_SUCCESS, by=("finished_reason",)), "{{finished_reason}}")],
             stack=True,
         ),
         span=8,
     )
-    success = c.VLLM_REQUEST_SUCCESS.name
-    errors = (
-        f"sum(rate({sel(success, ENGINE_SEL, 'finished_reason=~' + chr(34) + 'abort|error' + chr(34))}[{RATE}]))"
-        f" / sum(rate({sel(success, ENGINE_SEL)}[{RATE}]))"
-    )
+    failed = Selector((Matcher("finished_reason", "=~", "abort|error"),))
+    errors = sc.e(c.VLLM_REQUEST_SUCCESS, failed).rate(RATE).sum() / sc.e(c.VLLM_REQUEST_SUCCESS).rate(RATE).sum()
     b.add(
-        ts("Error ratio (abort + error)", "percentunit", [(errors, "errors")], lines=[(t.ERROR_RATIO, "red")]), span=8
+        ts("Error ratio (abort + error)", "percentunit", [(errors, "errors")], lines=[(sc.line(t.ERROR_RATIO), "red")]),
+        span=8,
     )
     b.add(
         ts(
             "Tokens per second",
             "short",
             [
-                (f"sum(rate({sel(c.VLLM_PROMPT_TOKENS.name, ENGINE_SEL)}[{RATE}]))", "prompt"),
-                (f"sum(rate({sel(c.VLLM_GENERATION_TOKENS.name, ENGINE_SEL)}[{RATE}]))", "generated"),
+                (sc.e(c.VLLM_PROMPT_TOKENS).rate(RATE).sum(), "prompt"),
+                (sc.e(c.VLLM_GENERATION_TOKENS).rate(RATE).sum(), "generated"),
             ],
         ),
         span=8,
@@ -272,7 +282,7 @@ def overview() -> Board:
         ts(
             "Tokens per tenant",
             "short",
-            [(f"sum by (tenant, kind) (rate({c.GATEWAY_TOKENS.name}[{RATE}]))", "{{tenant}} {{kind}}")],
+            [(metric(c.GATEWAY_TOKENS).rate(RATE).sum(("tenant", "kind")), "{{tenant}} {{kind}}")],
             stack=True,
         )
     )
@@ -280,24 +290,18 @@ def overview() -> Board:
         ts(
             "Gateway rejections by reason",
             "reqps",
-            [(f"sum by (reason) (rate({c.GATEWAY_REJECTIONS.name}[{RATE}]))", "{{reason}}")],
+            [(metric(c.GATEWAY_REJECTIONS).rate(RATE).sum(("reason",)), "{{reason}}")],
             stack=True,
         )
     )
     b.row("Engine")
-    hit = either(
-        *(
-            f"sum by ({E_BY}) (rate({sel(h, ENGINE_SEL)}[{RATE}])) "
-            f"/ sum by ({E_BY}) (rate({sel(q, ENGINE_SEL)}[{RATE}]))"
-            for h, q in zip(c.VLLM_PREFIX_CACHE_HITS.names, c.VLLM_PREFIX_CACHE_QUERIES.names, strict=True)
-        )
-    )
+    hit = sc.engine_rate(c.VLLM_PREFIX_CACHE_HITS) / sc.engine_rate(c.VLLM_PREFIX_CACHE_QUERIES)
     b.add(
         ts(
             "Prefix-cache hit rate",
             "percentunit",
             [(hit, "{{instance}}")],
-            lines=[(t.PREFIX_HIT_FLOOR, "orange")],
+            lines=[(sc.line(t.PREFIX_HIT_FLOOR), "orange")],
             description="Seed 004: below 75 % look at the cache first.",
         ),
         span=8,
@@ -307,10 +311,10 @@ def overview() -> Board:
             "Running and waiting",
             "short",
             [
-                (engine_gauge(c.VLLM_REQUESTS_RUNNING), "running {{instance}}"),
-                (engine_gauge(c.VLLM_REQUESTS_WAITING), "waiting {{instance}}"),
+                (sc.engine_gauge(c.VLLM_REQUESTS_RUNNING), "running {{instance}}"),
+                (sc.engine_gauge(c.VLLM_REQUESTS_WAITING), "waiting {{instance}}"),
             ],
-            lines=[(t.QUEUE_BACKLOG, "red")],
+            lines=[(sc.line(t.QUEUE_BACKLOG), "red")],
         ),
         span=8,
     )
@@ -318,8 +322,8 @@ def overview() -> Board:
         ts(
             "Preemptions per second",
             "short",
-            [(engine_rate(c.VLLM_NUM_PREEMPTIONS), "{{instance}}")],
-            lines=[(t.PREEMPTION_RATE, "red")],
+            [(sc.engine_rate(c.VLLM_NUM_PREEMPTIONS), "{{instance}}")],
+            lines=[(sc.line(t.PREEMPTION_RATE), "red")],
         ),
         span=8,
     )
@@ -327,8 +331,8 @@ def overview() -> Board:
         ts(
             "Time to first token",
             "s",
-            [(quantile(0.5, c.VLLM_TTFT), "p50 {{instance}}"), (quantile(0.99, c.VLLM_TTFT), "p99 {{instance}}")],
-            lines=[(t.TTFT_P99, "red")],
+            [(sc.quantile(0.5, c.VLLM_TTFT), "p50 {{instance}}"), (sc.quantile(0.99, c.VLLM_TTFT), "p99 {{instance}}")],
+            lines=[(sc.line(t.TTFT_P99), "red")],
         ),
         span=8,
     )
@@ -336,30 +340,30 @@ def overview() -> Board:
         ts(
             "Inter-token latency",
             "s",
-            [(quantile(0.5, c.VLLM_ITL), "p50 {{instance}}"), (quantile(0.99, c.VLLM_ITL), "p99 {{instance}}")],
-            lines=[(t.ITL_P99, "red")],
+            [(sc.quantile(0.5, c.VLLM_ITL), "p50 {{instance}}"), (sc.quantile(0.99, c.VLLM_ITL), "p99 {{instance}}")],
+            lines=[(sc.line(t.ITL_P99), "red")],
         ),
         span=8,
     )
-    b.add(ts("End-to-end latency p99", "s", [(quantile(0.99, c.VLLM_E2E_LATENCY), "{{instance}}")]), span=8)
+    b.add(ts("End-to-end latency p99", "s", [(sc.quantile(0.99, c.VLLM_E2E_LATENCY), "{{instance}}")]), span=8)
     b.add(
         ts(
             "Queue, prefill and decode time p99 (ms buckets)",
             "s",
             [
-                (quantile(0.99, c.REQUEST_QUEUE_SECONDS, by=E_BY), "queue {{instance}}"),
-                (quantile(0.99, c.REQUEST_PREFILL_SECONDS, by=E_BY), "prefill {{instance}}"),
-                (quantile(0.99, c.REQUEST_DECODE_SECONDS, by=E_BY), "decode {{instance}}"),
-                (quantile(0.99, c.VLLM_QUEUE_TIME), "queue (vLLM) {{instance}}"),
+                (sc.quantile(0.99, c.REQUEST_QUEUE_SECONDS), "queue {{instance}}"),
+                (sc.quantile(0.99, c.REQUEST_PREFILL_SECONDS), "prefill {{instance}}"),
+                (sc.quantile(0.99, c.REQUEST_DECODE_SECONDS), "decode {{instance}}"),
+                (sc.quantile(0.99, c.VLLM_QUEUE_TIME), "queue (vLLM) {{instance}}"),
             ],
-            lines=[(t.QUEUE_TIME_P99, "red")],
+            lines=[(sc.line(t.QUEUE_TIME_P99), "red")],
             description="kvscope's stat logger histograms (ms buckets); vLLM's own start at 0.3 s.",
         )
     )
     b.add(
         hm(
             "Prompt length (tokens)",
-            f"sum by (le) (increase({sel(c.VLLM_REQUEST_PROMPT_TOKENS.name + '_bucket', ENGINE_SEL)}[{RATE}]))",
+            sc.e(c.VLLM_REQUEST_PROMPT_TOKENS, suffix="_bucket").increase(RATE).sum(("le",)),
             "Long-prompt tails make head-of-line blocking (seed 000: 2 % very long).",
         )
     )
@@ -368,8 +372,8 @@ def overview() -> Board:
             "Tokens per engine step",
             "short",
             [
-                (quantile(0.5, c.VLLM_ITERATION_TOKENS), "p50 {{instance}}"),
-                (quantile(0.99, c.VLLM_ITERATION_TOKENS), "p99 {{instance}}"),
+                (sc.quantile(0.5, c.VLLM_ITERATION_TOKENS), "p50 {{instance}}"),
+                (sc.quantile(0.99, c.VLLM_ITERATION_TOKENS), "p99 {{instance}}"),
             ],
         )
     )
@@ -377,22 +381,22 @@ def overview() -> Board:
         ts(
             "KV capacity (tokens)",
             "short",
-            [(f"max by (model_name) ({c.CACHE_CAPACITY_TOKENS.name})", "{{model_name}}")],
+            [(metric(c.CACHE_CAPACITY_TOKENS).max(("model_name",)), "{{model_name}}")],
         )
     )
     b.row("Infrastructure")
-    _gpu_basics(b)
+    _gpu_basics(b, sc)
     return b
 
 
-def _gpu_basics(b: Board) -> None:
-    used, free, reserved = (sel(s.name, GPU_SEL) for s in (c.DCGM_FB_USED, c.DCGM_FB_FREE, c.DCGM_FB_RESERVED))
+def _gpu_basics(b: Board, sc: Scope) -> None:
+    used, free, reserved = sc.g(c.DCGM_FB_USED), sc.g(c.DCGM_FB_FREE), sc.g(c.DCGM_FB_RESERVED)
     b.add(
         ts(
             "GPU utilisation",
             "percent",
-            [(sel(c.DCGM_GPU_UTIL.name, GPU_SEL), "{{Hostname}} GPU {{gpu}}")],
-            lines=[(t.GPU_UTIL_FLOOR, "orange")],
+            [(sc.g(c.DCGM_GPU_UTIL), "{{Hostname}} GPU {{gpu}}")],
+            lines=[(sc.line(t.GPU_UTIL_FLOOR), "orange")],
         ),
         span=8,
     )
@@ -400,17 +404,18 @@ def _gpu_basics(b: Board) -> None:
         ts(
             "GPU memory used (share of the card)",
             "percentunit",
-            [(f"{used} / ({used} + {free} + {reserved})", "{{Hostname}} GPU {{gpu}}")],
-            lines=[(t.GPU_MEMORY_FULL, "red")],
+            [(used / (used + free + reserved.or_(used * 0)), "{{Hostname}} GPU {{gpu}}")],
+            lines=[(sc.line(t.GPU_MEMORY_FULL), "red")],
             description="vLLM reserves gpu_memory_utilization of the card up front (see the engines' budgets): 90 % "
-            "full is normal; above the budget is a leak or another process.",
+            "full is normal; above an engine's budget (plus gpu_memory_over_budget) is a leak or another process, "
+            "and GPUMemoryFull fires.",
         ),
         span=8,
     )
     b.add(
         tbl(
             "Engines' memory budgets (gpu_memory_utilization)",
-            [(f"count by (gpu_memory_utilization, model_name) ({c.VLLM_CACHE_CONFIG_INFO.name})", "")],
+            [(metric(c.VLLM_CACHE_CONFIG_INFO).count(("gpu_memory_utilization", "model_name")), "")],
         ),
         span=8,
     )
@@ -419,8 +424,8 @@ def _gpu_basics(b: Board) -> None:
             "Power vs limit",
             "watt",
             [
-                (sel(c.DCGM_POWER_USAGE.name, GPU_SEL), "{{Hostname}} GPU {{gpu}}"),
-                (sel(c.DCGM_POWER_LIMIT.name, GPU_SEL), "limit {{Hostname}} GPU {{gpu}}"),
+                (sc.g(c.DCGM_POWER_USAGE), "{{Hostname}} GPU {{gpu}}"),
+                (sc.g(c.DCGM_POWER_LIMIT), "limit {{Hostname}} GPU {{gpu}}"),
             ],
         ),
         span=8,
@@ -430,35 +435,32 @@ def _gpu_basics(b: Board) -> None:
             "SM clock",
             "hertz",
             [
-                (f"{sel(c.DCGM_SM_CLOCK.name, GPU_SEL)} * 1e6", "{{Hostname}} GPU {{gpu}}"),
-                (f"{sel(c.DCGM_APP_SM_CLOCK.name, GPU_SEL)} * 1e6", "base {{Hostname}} GPU {{gpu}}"),
+                (sc.g(c.DCGM_SM_CLOCK) * 1e6, "{{Hostname}} GPU {{gpu}}"),
+                (sc.g(c.DCGM_APP_SM_CLOCK) * 1e6, "base {{Hostname}} GPU {{gpu}}"),
             ],
         ),
         span=12,
     )
+    capacity = metric(c.GPU_PCIE_LINK_CAPACITY, _variables({"gpu": "gpu"})).max(("gpu",))
+
+    def link_share(signal: c.Signal) -> Expr:
+        return sc.g(signal).max(G_BY).binop("/", capacity, on=("gpu",), group_left=())
+
     b.add(
         ts(
             "PCIe traffic vs link capacity",
             "percentunit",
             [
-                (
-                    f"max by ({G_BY}) ({sel(c.DCGM_PCIE_RX_BYTES.name, GPU_SEL)}) / on (gpu) group_left max by (gpu) "
-                    f"({sel(c.GPU_PCIE_LINK_CAPACITY.name, 'gpu=~' + chr(34) + '$gpu' + chr(34))})",
-                    "rx {{Hostname}} GPU {{gpu}}",
-                ),
-                (
-                    f"max by ({G_BY}) ({sel(c.DCGM_PCIE_TX_BYTES.name, GPU_SEL)}) / on (gpu) group_left max by (gpu) "
-                    f"({sel(c.GPU_PCIE_LINK_CAPACITY.name, 'gpu=~' + chr(34) + '$gpu' + chr(34))})",
-                    "tx {{Hostname}} GPU {{gpu}}",
-                ),
+                (link_share(c.DCGM_PCIE_RX_BYTES), "rx {{Hostname}} GPU {{gpu}}"),
+                (link_share(c.DCGM_PCIE_TX_BYTES), "tx {{Hostname}} GPU {{gpu}}"),
             ],
-            lines=[(t.PCIE_SATURATION, "red")],
+            lines=[(sc.line(t.PCIE_SATURATION), "red")],
         ),
         span=12,
     )
 
 
-def gpu_fleet() -> Board:
+def gpu_fleet(sc: Scope) -> Board:
     b = _gpu_variables(
         Board(
             "GPU fleet",
@@ -469,13 +471,13 @@ def gpu_fleet() -> Board:
         )
     )
     b.row("Utilisation, memory, power, clocks")
-    _gpu_basics(b)
+    _gpu_basics(b, sc)
     b.add(
         ts(
             "Temperature",
             "celsius",
-            [(sel(c.DCGM_GPU_TEMP.name, GPU_SEL), "{{Hostname}} GPU {{gpu}}")],
-            lines=[(t.GPU_TEMP_HIGH, "red")],
+            [(sc.g(c.DCGM_GPU_TEMP), "{{Hostname}} GPU {{gpu}}")],
+            lines=[(sc.line(t.GPU_TEMP_HIGH), "red")],
         ),
         span=12,
     )
@@ -484,26 +486,20 @@ def gpu_fleet() -> Board:
             "HBM and tensor activity (DCGM profiling)",
             "percentunit",
             [
-                (sel(c.DCGM_DRAM_ACTIVE.name, GPU_SEL), "DRAM {{Hostname}} GPU {{gpu}}"),
-                (sel(c.DCGM_TENSOR_ACTIVE.name, GPU_SEL), "tensor {{Hostname}} GPU {{gpu}}"),
+                (sc.g(c.DCGM_DRAM_ACTIVE), "DRAM {{Hostname}} GPU {{gpu}}"),
+                (sc.g(c.DCGM_TENSOR_ACTIVE), "tensor {{Hostname}} GPU {{gpu}}"),
             ],
-            lines=[(t.DRAM_ACTIVE_HIGH, "orange")],
+            lines=[(sc.line(t.DRAM_ACTIVE_HIGH), "orange")],
         ),
         span=12,
     )
     b.row("Faults")
-    xid = c.GPU_XID_ERRORS.name
+    xids = metric(c.GPU_XID_ERRORS).increase("$__range").sum(("Hostname", "instance", "gpu", "xid")).gt(0)
+    meaning = metric(c.GPU_XID_INFO).max(("xid", "meaning", "action", "bucket"))
     b.add(
         tbl(
             "XIDs in the range (with meaning and action)",
-            [
-                (
-                    f"(sum by (Hostname, instance, gpu, xid) (increase({xid}[$__range])) > 0) "
-                    "* on (xid) group_left (meaning, action, bucket) "
-                    f"max by (xid, meaning, action, bucket) ({c.GPU_XID_INFO.name})",
-                    "",
-                )
-            ],
+            [(xids.binop("*", meaning, on=("xid",), group_left=("meaning", "action", "bucket")), "")],
             "Counted one by one by kvscope's XID watcher; repeats show.",
         ),
         span=12,
@@ -511,7 +507,7 @@ def gpu_fleet() -> Board:
     b.add(
         tbl(
             "Last XID reported by dcgm-exporter (sticky)",
-            [(f"{sel(c.DCGM_XID_ERRORS.name, GPU_SEL)} > 0", "")],
+            [(sc.g(c.DCGM_XID_ERRORS).gt(0), "")],
             "dcgm-exporter holds the last XID until another arrives: look at when it changed.",
         ),
         span=12,
@@ -520,7 +516,12 @@ def gpu_fleet() -> Board:
         ts(
             "Clock-event reasons active",
             "short",
-            [(f'max by (gpu, reason) ({c.GPU_CLOCK_EVENT_ACTIVE.name}{{gpu=~"$gpu"}}) > 0', "GPU {{gpu}} {{reason}}")],
+            [
+                (
+                    metric(c.GPU_CLOCK_EVENT_ACTIVE, _variables({"gpu": "gpu"})).max(("gpu", "reason")).gt(0),
+                    "GPU {{gpu}} {{reason}}",
+                )
+            ],
         ),
         span=12,
     )
@@ -529,9 +530,9 @@ def gpu_fleet() -> Board:
             "Remapped rows and remap failures",
             "short",
             [
-                (sel(c.DCGM_UNCORRECTABLE_REMAPPED_ROWS.name, GPU_SEL), "uncorrectable {{Hostname}} GPU {{gpu}}"),
-                (sel(c.DCGM_CORRECTABLE_REMAPPED_ROWS.name, GPU_SEL), "correctable {{Hostname}} GPU {{gpu}}"),
-                (sel(c.DCGM_ROW_REMAP_FAILURE.name, GPU_SEL), "failure {{Hostname}} GPU {{gpu}}"),
+                (sc.g(c.DCGM_UNCORRECTABLE_REMAPPED_ROWS), "uncorrectable {{Hostname}} GPU {{gpu}}"),
+                (sc.g(c.DCGM_CORRECTABLE_REMAPPED_ROWS), "correctable {{Hostname}} GPU {{gpu}}"),
+                (sc.g(c.DCGM_ROW_REMAP_FAILURE), "failure {{Hostname}} GPU {{gpu}}"),
             ],
         ),
         span=12,
@@ -542,10 +543,10 @@ def gpu_fleet() -> Board:
             "PCIe link generation and width vs max",
             "short",
             [
-                (sel(c.DCGM_PCIE_LINK_GEN.name, GPU_SEL), "gen {{Hostname}} GPU {{gpu}}"),
-                (sel(c.DCGM_PCIE_MAX_LINK_GEN.name, GPU_SEL), "max gen {{Hostname}} GPU {{gpu}}"),
-                (sel(c.DCGM_PCIE_LINK_WIDTH.name, GPU_SEL), "width {{Hostname}} GPU {{gpu}}"),
-                (sel(c.DCGM_PCIE_MAX_LINK_WIDTH.name, GPU_SEL), "max width {{Hostname}} GPU {{gpu}}"),
+                (sc.g(c.DCGM_PCIE_LINK_GEN), "gen {{Hostname}} GPU {{gpu}}"),
+                (sc.g(c.DCGM_PCIE_MAX_LINK_GEN), "max gen {{Hostname}} GPU {{gpu}}"),
+                (sc.g(c.DCGM_PCIE_LINK_WIDTH), "width {{Hostname}} GPU {{gpu}}"),
+                (sc.g(c.DCGM_PCIE_MAX_LINK_WIDTH), "max width {{Hostname}} GPU {{gpu}}"),
             ],
         ),
         span=8,
@@ -554,35 +555,31 @@ def gpu_fleet() -> Board:
         ts(
             "PCIe replays per second",
             "short",
-            [(f"rate({sel(c.DCGM_PCIE_REPLAY.name, GPU_SEL)}[{RATE}])", "{{Hostname}} GPU {{gpu}}")],
-            lines=[(t.PCIE_REPLAY_RATE, "red")],
+            [(sc.g(c.DCGM_PCIE_REPLAY).rate(RATE), "{{Hostname}} GPU {{gpu}}")],
+            lines=[(sc.line(t.PCIE_REPLAY_RATE), "red")],
         ),
         span=8,
     )
     b.add(
-        ts(
-            "NVLink bandwidth",
-            "Bps",
-            [(f"rate({sel(c.DCGM_NVLINK_BANDWIDTH.name, GPU_SEL)}[{RATE}])", "{{Hostname}} GPU {{gpu}}")],
-        ),
+        ts("NVLink bandwidth", "Bps", [(sc.g(c.DCGM_NVLINK_BANDWIDTH).rate(RATE), "{{Hostname}} GPU {{gpu}}")]),
         span=8,
     )
     b.row("Topology and processes")
     b.add(
         tbl(
             "GPU pairs: common ancestor (NVLink, PCIe switch, host bridge, NUMA, system)",
-            [(f"max by (instance, gpu, peer_gpu, level) ({c.GPU_TOPOLOGY_LEVEL.name})", "")],
+            [(metric(c.GPU_TOPOLOGY_LEVEL).max(("instance", "gpu", "peer_gpu", "level")), "")],
             "Seed 004 section 4.2: tensor parallelism across NUMA nodes ran 3.8x slower.",
         ),
         span=8,
     )
-    b.add(tbl("Engines spanning NUMA nodes", [(f"{c.GPU_ENGINE_NUMA_NODES.name} > 0", "")]), span=8)
+    b.add(tbl("Engines spanning NUMA nodes", [(metric(c.GPU_ENGINE_NUMA_NODES).gt(0), "")]), span=8)
     b.add(
         tbl(
             "Processes on GPUs",
             [
-                (f"max by (instance, gpu, pid, process_name, engine) ({c.GPU_PROCESS_INFO.name})", ""),
-                (f"max by (instance, gpu, pid) ({c.GPU_PROCESS_MEMORY.name})", ""),
+                (metric(c.GPU_PROCESS_INFO).max(("instance", "gpu", "pid", "process_name", "engine")), ""),
+                (metric(c.GPU_PROCESS_MEMORY).max(("instance", "gpu", "pid")), ""),
             ],
             unit="bytes",
         ),
@@ -591,7 +588,7 @@ def gpu_fleet() -> Board:
     return b
 
 
-def triage() -> Board:
+def triage(sc: Scope) -> Board:
     b = _engine_variables(
         Board(
             "Five-step triage",
@@ -601,9 +598,10 @@ def triage() -> Board:
         )
     )
     _gpu_variables(b)
+    namespace = _variables({"namespace": "namespace"})
     command = (
         "kvscope diagnose --prometheus <this Prometheus> --at ${__to:date:seconds} --window ${__range_s}s "
-        "--selector '{namespace=~\"$namespace\"}'"
+        f"--selector '{namespace}'"
     )
     b.add(
         text.Panel()
@@ -622,8 +620,8 @@ def triage() -> Board:
         ts(
             "KV-cache usage",
             "percentunit",
-            [(engine_gauge(c.VLLM_KV_CACHE_USAGE), "{{instance}}")],
-            lines=[(t.KV_USAGE_WARNING, "orange"), (t.KV_USAGE_CRITICAL, "red")],
+            [(sc.engine_gauge(c.VLLM_KV_CACHE_USAGE), "{{instance}}")],
+            lines=[(sc.line(t.KV_USAGE_WARNING), "orange"), (sc.line(t.KV_USAGE_CRITICAL), "red")],
         ),
         span=24,
     )
@@ -632,37 +630,37 @@ def triage() -> Board:
         ts(
             "Waiting requests",
             "short",
-            [(engine_gauge(c.VLLM_REQUESTS_WAITING), "{{instance}}")],
-            lines=[(t.QUEUE_BACKLOG, "red")],
+            [(sc.engine_gauge(c.VLLM_REQUESTS_WAITING), "{{instance}}")],
+            lines=[(sc.line(t.QUEUE_BACKLOG), "red")],
         )
     )
     b.add(
         ts(
             "Queue time p99",
             "s",
-            [(quantile(0.99, c.VLLM_QUEUE_TIME), "{{instance}}")],
-            lines=[(t.QUEUE_TIME_P99, "red")],
+            [(sc.quantile(0.99, c.VLLM_QUEUE_TIME), "{{instance}}")],
+            lines=[(sc.line(t.QUEUE_TIME_P99), "red")],
         )
     )
     b.row("3. GPU memory and utilisation")
-    _gpu_basics(b)
+    _gpu_basics(b, sc)
     b.row("4. Preemption / swap")
     b.add(
         ts(
             "Preemptions per second",
             "short",
-            [(engine_rate(c.VLLM_NUM_PREEMPTIONS), "{{instance}}")],
-            lines=[(t.PREEMPTION_RATE, "red")],
+            [(sc.engine_rate(c.VLLM_NUM_PREEMPTIONS), "{{instance}}")],
+            lines=[(sc.line(t.PREEMPTION_RATE), "red")],
         )
     )
-    b.add(ts("Swapped requests (vLLM V0)", "short", [(engine_gauge(c.VLLM_REQUESTS_SWAPPED), "{{instance}}")]))
+    b.add(ts("Swapped requests (vLLM V0)", "short", [(sc.engine_gauge(c.VLLM_REQUESTS_SWAPPED), "{{instance}}")]))
     b.row("5. Kernels")
     b.add(
         ts(
             "HBM activity (decode is bound by it)",
             "percentunit",
-            [(sel(c.DCGM_DRAM_ACTIVE.name, GPU_SEL), "{{Hostname}} GPU {{gpu}}")],
-            lines=[(t.DRAM_ACTIVE_HIGH, "orange")],
+            [(sc.g(c.DCGM_DRAM_ACTIVE), "{{Hostname}} GPU {{gpu}}")],
+            lines=[(sc.line(t.DRAM_ACTIVE_HIGH), "orange")],
         )
     )
     b.add(
@@ -678,45 +676,46 @@ def triage() -> Board:
     return b
 
 
-def tenants() -> Board:
+def tenants(sc: Scope) -> Board:
     b = Board(
         "Tenants and QoS",
         "kvscope-tenants",
         "Per-tenant and per-priority latency, quota use and rejections (kvscope serve's gateway).",
         ["tenants", "qos"],
     )
-    b.query_variable("tenant", "Tenant", f"label_values({c.GATEWAY_REQUESTS.name}, tenant)")
-    tsel = 'tenant=~"$tenant"'
+    b.query_variable("tenant", "Tenant", label_values(metric(c.GATEWAY_REQUESTS), "tenant"))
+    tsel = _variables({"tenant": "tenant"})
+    ttft, queue = sc.line(t.TTFT_P99), sc.line(t.QUEUE_TIME_P99)
     b.row("Latency")
     b.add(
         ts(
             "TTFT p99 by tenant",
             "s",
-            [(quantile(0.99, c.REQUEST_TTFT_SECONDS, by="tenant", selector=tsel), "{{tenant}}")],
-            lines=[(t.TTFT_P99, "red")],
+            [(sc.quantile(0.99, c.REQUEST_TTFT_SECONDS, by=("tenant",), selector=tsel), "{{tenant}}")],
+            lines=[(ttft, "red")],
         )
     )
     b.add(
         ts(
             "TTFT p99 by priority class",
             "s",
-            [(quantile(0.99, c.REQUEST_TTFT_SECONDS, by="priority_class", selector=tsel), "{{priority_class}}")],
-            lines=[(t.TTFT_P99, "red")],
+            [(sc.quantile(0.99, c.REQUEST_TTFT_SECONDS, by=("priority_class",), selector=tsel), "{{priority_class}}")],
+            lines=[(ttft, "red")],
         )
     )
     b.add(
         ts(
             "Queue time p99 by priority class",
             "s",
-            [(quantile(0.99, c.REQUEST_QUEUE_SECONDS, by="priority_class", selector=tsel), "{{priority_class}}")],
-            lines=[(t.QUEUE_TIME_P99, "red")],
+            [(sc.quantile(0.99, c.REQUEST_QUEUE_SECONDS, by=("priority_class",), selector=tsel), "{{priority_class}}")],
+            lines=[(queue, "red")],
         )
     )
     b.add(
         ts(
             "Requests by tenant and tier",
             "reqps",
-            [(f"sum by (tenant, tier) (rate({c.GATEWAY_REQUESTS.name}{{{tsel}}}[{RATE}]))", "{{tenant}} ({{tier}})")],
+            [(metric(c.GATEWAY_REQUESTS, tsel).rate(RATE).sum(("tenant", "tier")), "{{tenant}} ({{tier}})")],
             stack=True,
         )
     )
@@ -726,8 +725,8 @@ def tenants() -> Board:
             "Token budget left (per minute)",
             "short",
             [
-                (f"{c.GATEWAY_QUOTA_REMAINING.name}{{{tsel}}}", "left {{tenant}}"),
-                (f"{c.GATEWAY_QUOTA_LIMIT.name}{{{tsel}}}", "limit {{tenant}}"),
+                (metric(c.GATEWAY_QUOTA_REMAINING, tsel), "left {{tenant}}"),
+                (metric(c.GATEWAY_QUOTA_LIMIT, tsel), "limit {{tenant}}"),
             ],
         )
     )
@@ -735,12 +734,7 @@ def tenants() -> Board:
         ts(
             "Rejections by reason and tenant",
             "reqps",
-            [
-                (
-                    f"sum by (reason, tenant) (rate({c.GATEWAY_REJECTIONS.name}{{{tsel}}}[{RATE}]))",
-                    "{{tenant}} {{reason}}",
-                )
-            ],
+            [(metric(c.GATEWAY_REJECTIONS, tsel).rate(RATE).sum(("reason", "tenant")), "{{tenant}} {{reason}}")],
             stack=True,
         )
     )
@@ -748,27 +742,20 @@ def tenants() -> Board:
         ts(
             "Tokens by tenant",
             "short",
-            [(f"sum by (tenant, kind) (rate({c.GATEWAY_TOKENS.name}{{{tsel}}}[{RATE}]))", "{{tenant}} {{kind}}")],
+            [(metric(c.GATEWAY_TOKENS, tsel).rate(RATE).sum(("tenant", "kind")), "{{tenant}} {{kind}}")],
             stack=True,
         )
     )
-    b.add(
-        ts("In flight by tenant", "short", [(f"sum by (tenant) ({c.GATEWAY_INFLIGHT.name}{{{tsel}}})", "{{tenant}}")])
-    )
+    b.add(ts("In flight by tenant", "short", [(metric(c.GATEWAY_INFLIGHT, tsel).sum(("tenant",)), "{{tenant}}")]))
+    lane_tokens = metric(c.GATEWAY_LANE_TOKENS, Selector.of(kind="used")).sum(("priority_class",))
+    lane_capacity = metric(c.GATEWAY_LANE_TOKENS, Selector.of(kind="capacity")).sum(("priority_class",))
     b.add(
         ts(
             "Held at the gateway for their class's KV share",
             "short",
             [
-                (
-                    f"sum by (priority_class) ({c.GATEWAY_LANE_WAITING.name})",
-                    "{{priority_class}} waiting",
-                ),
-                (
-                    f'sum by (priority_class) ({c.GATEWAY_LANE_TOKENS.name}{{kind="used"}})'
-                    f' / sum by (priority_class) ({c.GATEWAY_LANE_TOKENS.name}{{kind="capacity"}})',
-                    "{{priority_class}} share used",
-                ),
+                (metric(c.GATEWAY_LANE_WAITING).sum(("priority_class",)), "{{priority_class}} waiting"),
+                (lane_tokens / lane_capacity, "{{priority_class}} share used"),
             ],
             description="Tuned profile: long prompts (the bulk class) together hold at most half of the KV "
             "pool; more wait here, in priority order, instead of being preempted in the engine.",
@@ -778,30 +765,30 @@ def tenants() -> Board:
         ts(
             "Wait at the gateway p99 by class",
             "s",
-            [
-                (
-                    f"histogram_quantile(0.99, sum by (le, priority_class) "
-                    f"(rate({c.GATEWAY_LANE_WAIT_SECONDS.name}_bucket[{RATE}])))",
-                    "{{priority_class}}",
-                )
-            ],
+            [(quantile(0.99, c.GATEWAY_LANE_WAIT_SECONDS, window=RATE, by=("priority_class",)), "{{priority_class}}")],
         )
     )
     return b
 
 
-BOARDS = {"llm-serving-overview": overview, "gpu-fleet": gpu_fleet, "triage": triage, "tenants-qos": tenants}
+BOARDS: dict[str, Callable[[Scope], Board]] = {
+    "llm-serving-overview": overview,
+    "gpu-fleet": gpu_fleet,
+    "triage": triage,
+    "tenants-qos": tenants,
+}
 
 
-def render(name: str) -> str:
-    return json.dumps(BOARDS[name]().build(), cls=JSONEncoder, indent=2, sort_keys=True) + "\n"
+def render(name: str, config: Config | None = None) -> str:
+    board = BOARDS[name](Scope.of(config or Config()))
+    return json.dumps(board.build(), cls=JSONEncoder, indent=2, sort_keys=True) + "\n"
 
 
-def write(out: Path = DASHBOARDS_DIR) -> list[Path]:
+def write(out: Path, config: Config | None = None) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for name in BOARDS:
         path = out / f"{name}.json"
-        path.write_text(render(name))
+        path.write_text(render(name, config))
         paths.append(path)
     return paths

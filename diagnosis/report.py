@@ -13,8 +13,8 @@ from rich.table import Table
 from rich.text import Text
 
 from diagnosis.findings import SCHEMA, Finding
-from diagnosis.sources import format_duration, rfc3339
 from diagnosis.verdict import Diagnosis
+from kvscope.durations import format_duration, rfc3339
 
 _STYLE = {
     "ok": "green",

@@ -6,12 +6,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from diagnosis.findings import INSUFFICIENT_DATA, Severity
 from diagnosis.measures import MEASURES
 from diagnosis.sources import SourceError
 from diagnosis.sources import bundle as bundles
 from diagnosis.sources.prometheus import RECENT, PrometheusSource
 from diagnosis.sources.scrape import ScrapeSource
 from diagnosis.verdict import Diagnosis, diagnose
+from kvscope.config import Config
+from kvscope.prometheus import PrometheusClient
+from kvscope.promql import ANY, Selector
 
 
 @dataclass
@@ -22,36 +26,37 @@ class Request:
     at: float = 0.0
     window: float = 1800.0
     recent: float = RECENT
-    selector: str = ""
+    selector: Selector = ANY
     path_prefix: str = ""
     headers: dict[str, str] = field(default_factory=dict)
     bearer_token: str | None = None
     interval: float = 10.0
     save_bundle: Path | None = None
+    config: Config = field(default_factory=Config)
+
+    @property
+    def source(self) -> str:
+        return self.prometheus or (f"bundle {self.bundle}" if self.bundle else " ".join(self.scrape))
 
 
 def run(request: Request) -> Diagnosis:
     """Raises SourceError when the source cannot be used at all."""
+    config = request.config
     if request.bundle is not None:
         saved = bundles.load(request.bundle)
-        measurements, at, window, source = (
-            saved.measurements,
-            saved.at,
-            saved.window,
-            f"bundle {request.bundle}",
-        )
+        measurements, at, window, source = saved.measurements, saved.at, saved.window, f"bundle {request.bundle}"
     elif request.scrape:
         scraper = ScrapeSource(request.scrape, interval=request.interval)
         measurements = scraper.fetch(MEASURES)
         at, window, source = request.at, request.interval, scraper.name
     elif request.prometheus:
+        client = PrometheusClient(request.prometheus, request.path_prefix, request.headers, request.bearer_token)
         prom = PrometheusSource(
-            request.prometheus,
-            request.path_prefix,
-            request.headers,
-            request.bearer_token,
-            selector=request.selector,
-            recent=request.recent,
+            client,
+            request.selector,
+            request.recent,
+            gpu_selector=config.gpu_selector,
+            engine_selector=config.engine_selector,
         )
         try:
             measurements = prom.fetch(MEASURES, request.at, request.window)
@@ -62,4 +67,9 @@ def run(request: Request) -> Diagnosis:
         raise SourceError("no source: give --prometheus URL, --scrape URL or --bundle FILE")
     if request.save_bundle is not None:
         bundles.save(request.save_bundle, bundles.Bundle(at, window, source, measurements))
-    return diagnose(measurements, at, window, source)
+    return diagnose(measurements, at, window, source, config)
+
+
+def undiagnosable(request: Request, why: str) -> Diagnosis:
+    """The verdict when the source itself could not be used (exit 3)."""
+    return Diagnosis(request.at, request.window, request.source, INSUFFICIENT_DATA, Severity.OK, 0.0, why)

@@ -18,6 +18,7 @@ from diagnosis.findings import (
 from diagnosis.measures import BY_NAME, REQUIRED, Measurements
 from kvscope import exitcodes
 from kvscope import thresholds as t
+from kvscope.config import Config
 
 
 @dataclass
@@ -56,7 +57,9 @@ def missing_required(m: Measurements) -> list[str]:
     return [" or ".join(BY_NAME[name].names[:2]) for name in REQUIRED if not m.has(name)]
 
 
-def diagnose(m: Measurements, at: float, window: float, source: str) -> Diagnosis:
+def diagnose(m: Measurements, at: float, window: float, source: str, config: Config | None = None) -> Diagnosis:
+    """The verdict over measurements, with the thresholds and GPU models of `config`."""
+    config = config or Config()
     missing = missing_required(m)
     if missing:
         return Diagnosis(
@@ -70,7 +73,7 @@ def diagnose(m: Measurements, at: float, window: float, source: str) -> Diagnosi
             steps=[Step(i + 1, n, "skipped", "no data") for i, n in enumerate(STEP_NAMES)],
             missing=missing,
         )
-    ctx = Context.of(m)
+    ctx = Context.of(m, config.thresholds, config.gpu_models)
     findings = [f for check in all_checks() if (f := check(ctx)) is not None]
     findings.sort(key=lambda f: (ROOT_CAUSE_ORDER.index(f.id), -f.severity.rank, -f.confidence))
     steps = triage(ctx, findings)
@@ -126,9 +129,10 @@ def triage(ctx: Context, findings: list[Finding]) -> list[Step]:
         steps.append(Step(1, "kv_cache", "skipped", "no KV-cache usage series"))
     else:
         ran_out = "kv_cache_exhaustion" in ids
-        status = "fail" if kv[0] >= t.KV_USAGE_CRITICAL.value or ran_out else "ok"
-        detail = f"peak KV-cache usage {kv[0]:.0%} on {kv[1]} (threshold {t.KV_USAGE_CRITICAL.value:.0%})"
-        if ran_out and kv[0] < t.KV_USAGE_CRITICAL.value:
+        full = ctx.limit(t.KV_USAGE_CRITICAL)
+        status = "fail" if kv[0] >= full or ran_out else "ok"
+        detail = f"peak KV-cache usage {kv[0]:.0%} on {kv[1]} (threshold {full:.0%})"
+        if ran_out and kv[0] < full:
             detail += "; preemptions show the pool ran out between samples"
         steps.append(Step(1, "kv_cache", status, detail))
     queue, waiting, slope, held = (
@@ -140,16 +144,16 @@ def triage(ctx: Context, findings: list[Finding]) -> list[Step]:
     if waiting is None:
         steps.append(Step(2, "queue", "skipped", "no waiting-queue series"))
     else:
-        growing = slope is not None and slope[0] > t.QUEUE_GROWTH.value
-        slow = queue is not None and queue[0] >= t.QUEUE_TIME_P99.value
+        growing = slope is not None and slope[0] > ctx.limit(t.QUEUE_GROWTH)
+        slow = queue is not None and queue[0] >= ctx.limit(t.QUEUE_TIME_P99)
         backlog = waiting[0] + (held[0] if held is not None else 0.0)
-        status = "fail" if growing or slow or backlog >= t.QUEUE_BACKLOG.value else "ok"
+        status = "fail" if growing or slow or backlog >= ctx.limit(t.QUEUE_BACKLOG) else "ok"
         detail = f"up to {waiting[0]:.0f} waiting on {waiting[1]}"
         if held is not None and held[0] >= 1:
             # the engine's queue does not see them: kvscope serve's KV lanes hold them before it
             detail += f" and up to {held[0]:.0f} held at the gateway for their class's KV share"
         if queue is not None:
-            detail += f", p99 queue time {queue[0]:.2f} s (threshold {t.QUEUE_TIME_P99.value:g} s)"
+            detail += f", p99 queue time {queue[0]:.2f} s (threshold {ctx.limit(t.QUEUE_TIME_P99):g} s)"
         if growing and slope is not None:
             detail += f", growing {slope[0]:.2f}/s"
         steps.append(Step(2, "queue", status, detail))
@@ -169,8 +173,9 @@ def triage(ctx: Context, findings: list[Finding]) -> list[Step]:
         steps.append(Step(4, "preemption", "skipped", "no preemption or swap series"))
     else:
         rate = preempt[0] if preempt else 0.0
-        status = "fail" if rate > t.PREEMPTION_RATE.value or (swapped and swapped[0] > 0) else "ok"
-        detail = f"{rate:.2f} preemptions/s at most (threshold {t.PREEMPTION_RATE.value:g}/s)"
+        limit = ctx.limit(t.PREEMPTION_RATE)
+        status = "fail" if rate > limit or (swapped and swapped[0] > 0) else "ok"
+        detail = f"{rate:.2f} preemptions/s at most (threshold {limit:g}/s)"
         if swapped is not None:
             detail += f"; up to {swapped[0]:.0f} swapped (V0)"
         steps.append(Step(4, "preemption", status, detail))

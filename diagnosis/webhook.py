@@ -23,8 +23,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from diagnosis import report
-from diagnosis.run import Request, run
-from diagnosis.sources import SourceError, parse_time
+from diagnosis.run import Request, run, undiagnosable
+from diagnosis.sources import SourceError
+from kvscope.durations import parse_time
 
 log = logging.getLogger("kvscope.diagnose")
 SCOPE_LABELS = ("namespace",)  # labels an alert may narrow every query by
@@ -33,15 +34,17 @@ AFTER_START = 120.0  # diagnose a little after the alert started: the window cov
 
 def scoped(base: Request, alert: dict[str, Any], now: float) -> Request:
     """The diagnosis request for one alert: its time and its scope."""
-    labels = alert.get("labels", {}) or {}
-    matchers = [f'{k}="{labels[k]}"' for k in SCOPE_LABELS if labels.get(k)]
-    selector = base.selector.strip().strip("{}")
-    selector = ",".join(p for p in (selector, *matchers) if p)
+    labels = alert.get("labels")
+    labels = labels if isinstance(labels, dict) else {}
+    selector = base.selector
+    for key in SCOPE_LABELS:
+        if isinstance(labels.get(key), str) and labels[key]:
+            selector = selector.where(key, "=", labels[key])
+    starts = alert.get("startsAt")
     try:
-        started = parse_time(alert.get("startsAt"))
+        at = min(now, parse_time(starts) + AFTER_START) if isinstance(starts, str) and starts else now
     except ValueError:
-        started = now
-    at = min(now, started + AFTER_START) if alert.get("startsAt") else now
+        at = now
     return dataclasses.replace(base, at=at, selector=selector, save_bundle=None)
 
 
@@ -123,18 +126,12 @@ def _diagnose_alert(base: Request, alert: dict[str, Any]) -> dict[str, Any]:
     try:
         result = report.to_dict(run(request))
     except SourceError as exc:
-        result = {
-            "schema": "kvscope.diagnosis/v1",
-            "bottleneck": "insufficient_data",
-            "severity": "ok",
-            "confidence": 0.0,
-            "summary": str(exc),
-        }
+        result = report.to_dict(undiagnosable(request, str(exc)))
     return {
         "id": uuid.uuid4().hex[:12],
         "received": now,
         "alert": alert,
-        "selector": request.selector,
+        "selector": str(request.selector),
         "diagnosis": result,
     }
 

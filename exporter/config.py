@@ -1,5 +1,5 @@
-"""`kvscope export` configuration: a YAML file with the same keys as the flags (flags win),
-and the assembly of collectors from it."""
+"""`kvscope export` configuration: the `export:` section of kvscope.yaml, with the same keys as
+the flags (flags win), and the assembly of collectors from it."""
 
 from __future__ import annotations
 
@@ -8,18 +8,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from exporter.collectors import Collector, GpuSource
 from exporter.collectors.host import HostCollector
 from exporter.collectors.xid import XidCounts, XidWatcher
+from kvscope import config as kvscope_config
+from kvscope.config import ConfigError
+from kvscope.gpu_models import DEFAULT_MODELS, GpuModels
 
 Backend = Literal["auto", "dcgm", "nvml", "emulated", "none"]
-
-
-class ConfigError(ValueError):
-    """Bad configuration (one line)."""
+__all__ = ["Assembly", "BackendUnavailable", "ConfigError", "ExportConfig", "assemble", "load"]
 
 
 class BackendUnavailable(RuntimeError):  # noqa: N818 - a state of the machine
@@ -44,7 +43,7 @@ class ExportConfig(BaseModel):
     collect_interval: float = Field(5.0, ge=0)
     scrape_timeout: float = Field(3.0, gt=0)
     emulated_gpus: int = Field(4, ge=1, le=64)
-    emulated_model: Literal["H100", "H200"] = "H100"
+    emulated_model: str = Field("H100", description="a GPU model of the table (kvscope.yaml gpu_models)")
     tls_cert: Path | None = None
     tls_key: Path | None = None
     basic_auth: BasicAuth | None = None
@@ -71,27 +70,18 @@ class ExportConfig(BaseModel):
 
 
 def load(path: Path | None, overrides: Mapping[str, object]) -> ExportConfig:
-    """The file's values, then the flags that were given on top."""
-    data: dict[str, object] = {}
-    if path is not None:
-        try:
-            loaded = yaml.safe_load(path.read_text()) or {}
-        except OSError as exc:
-            raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path} is not valid YAML: {exc}".replace("\n", " ")) from exc
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path} must be a mapping at the top level")
-        data = {k.replace("-", "_").replace(".", "_"): v for k, v in loaded.items()}
-        if "web_listen_address" in data:  # the flag is --web.listen-address, as in node_exporter
-            data["listen_address"] = data.pop("web_listen_address")
+    """The `export:` section of the kvscope.yaml at `path` (None: $KVSCOPE_CONFIG, else the
+    defaults), then the flags that were given on top."""
+    return from_config(kvscope_config.load(path), overrides)
+
+
+def from_config(config: kvscope_config.Config, overrides: Mapping[str, object]) -> ExportConfig:
+    # the flag is --web.listen-address, as in node_exporter; YAML keys may be spelled like flags
+    data = {k.replace("-", "_").replace(".", "_"): v for k, v in config.file.export.items()}
+    if "web_listen_address" in data:
+        data["listen_address"] = data.pop("web_listen_address")
     data |= {k: v for k, v in overrides.items() if v is not None}
-    try:
-        return ExportConfig.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise ConfigError(f"{where}: {first['msg']}") from exc
+    return kvscope_config.validate(ExportConfig, data, f"{config.origin}: export")
 
 
 @dataclass
@@ -102,7 +92,7 @@ class Assembly:
     description: str
 
 
-def assemble(config: ExportConfig) -> Assembly:
+def assemble(config: ExportConfig, models: GpuModels = DEFAULT_MODELS) -> Assembly:
     """Collectors for the configuration, vLLM first (the emulated GPUs follow it)."""
     from exporter.collectors.dcgm_exporter import DcgmExporterCollector
     from exporter.collectors.vllm import VllmCollector
@@ -114,7 +104,7 @@ def assemble(config: ExportConfig) -> Assembly:
     if config.dcgm_exporter:
         collectors.append(DcgmExporterCollector(config.dcgm_exporter, timeout=config.scrape_timeout))
     counts = XidCounts()
-    source, watcher, what = _gpu_source(config, counts, vllm)
+    source, watcher, what = _gpu_source(config, counts, vllm, models)
     if source is not None:
         from exporter.collectors.gpu import GpuCollector
         from exporter.collectors.process import ProcessCollector
@@ -133,14 +123,17 @@ def assemble(config: ExportConfig) -> Assembly:
 
 
 def _gpu_source(
-    config: ExportConfig, counts: XidCounts, vllm: object
+    config: ExportConfig, counts: XidCounts, vllm: object, models: GpuModels
 ) -> tuple[GpuSource | None, XidWatcher | None, str]:
     choice = config.gpu
     if choice == "emulated":
         from exporter.collectors.emulated import EmulatedSource
 
         samples = (lambda: vllm.latest) if vllm is not None else dict  # type: ignore[attr-defined]
-        source = EmulatedSource(config.emulated_gpus, config.emulated_model, samples, counts)
+        try:
+            source = EmulatedSource(config.emulated_gpus, config.emulated_model, samples, counts, models=models)
+        except ValueError as exc:
+            raise ConfigError(f"--emulated-model: {exc}") from None
         return source, None, f"{config.emulated_gpus} emulated {config.emulated_model} GPUs"
     if choice == "none":
         return None, None, "no GPU backend"

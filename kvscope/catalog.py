@@ -23,6 +23,7 @@ class Source(StrEnum):
     DCGM = "dcgm"
     KVSCOPE = "kvscope"
     RULE = "rule"  # recorded by Prometheus from kvscope's generated rules
+    PROMETHEUS = "prometheus"  # written by Prometheus itself for every scrape
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,8 @@ class Signal:
     labels: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()  # older names for the same series (renamed upstream)
     legacy: bool = False  # removed upstream: read from old deployments, never written
-    buckets: tuple[float, ...] = ()  # bucket bounds, for histograms kvscope writes
+    # bucket bounds: what kvscope writes, or (vLLM) the upstream defaults an SLO must align with
+    buckets: tuple[float, ...] = ()
 
     @property
     def family(self) -> str:
@@ -71,6 +73,22 @@ FINE_LATENCY_BUCKETS: tuple[float, ...] = (
 )  # fmt: skip
 
 
+# vLLM 0.32's default bucket bounds (vllm/v1/metrics/buckets.py); `--custom-histogram-buckets`
+# can change them, so an SLO threshold is checked against these only as the default.
+VLLM_TTFT_BUCKETS: tuple[float, ...] = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+VLLM_ITL_BUCKETS: tuple[float, ...] = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0,
+)  # fmt: skip
+VLLM_REQUEST_LATENCY_BUCKETS: tuple[float, ...] = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+    480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+
+
 def _vllm(
     name: str,
     kind: Kind,
@@ -79,8 +97,9 @@ def _vllm(
     *labels: str,
     aliases: tuple[str, ...] = (),
     legacy: bool = False,
+    buckets: tuple[float, ...] = (),
 ) -> Signal:
-    return Signal(name, kind, unit, help_, Source.VLLM, (*_VLLM, *labels), aliases, legacy)
+    return Signal(name, kind, unit, help_, Source.VLLM, (*_VLLM, *labels), aliases, legacy, buckets)
 
 
 def _dcgm(name: str, kind: Kind, unit: str, help_: str, *labels: str, aliases: tuple[str, ...] = ()) -> Signal:
@@ -203,6 +222,7 @@ VLLM_TTFT = _vllm(
     H,
     "seconds",
     "Time to first token (arrival to first token).",
+    buckets=VLLM_TTFT_BUCKETS,
 )
 VLLM_ITL = _vllm(
     "vllm:inter_token_latency_seconds",
@@ -210,6 +230,7 @@ VLLM_ITL = _vllm(
     "seconds",
     "Latency between consecutive output tokens.",
     aliases=("vllm:time_per_output_token_seconds",),
+    buckets=VLLM_ITL_BUCKETS,
 )
 VLLM_TPOT = _vllm(
     "vllm:request_time_per_output_token_seconds",
@@ -217,13 +238,41 @@ VLLM_TPOT = _vllm(
     "seconds",
     "Per-request mean time per output token.",
 )
-VLLM_E2E_LATENCY = _vllm("vllm:e2e_request_latency_seconds", H, "seconds", "End-to-end request latency.")
-VLLM_QUEUE_TIME = _vllm("vllm:request_queue_time_seconds", H, "seconds", "Time spent waiting in the queue.")
-VLLM_INFERENCE_TIME = _vllm("vllm:request_inference_time_seconds", H, "seconds", "Time from first schedule to finish.")
-VLLM_PREFILL_TIME = _vllm(
-    "vllm:request_prefill_time_seconds", H, "seconds", "Prefill phase time (lowest bucket 0.3 s)."
+VLLM_E2E_LATENCY = _vllm(
+    "vllm:e2e_request_latency_seconds",
+    H,
+    "seconds",
+    "End-to-end request latency.",
+    buckets=VLLM_REQUEST_LATENCY_BUCKETS,
 )
-VLLM_DECODE_TIME = _vllm("vllm:request_decode_time_seconds", H, "seconds", "Decode phase time (lowest bucket 0.3 s).")
+VLLM_QUEUE_TIME = _vllm(
+    "vllm:request_queue_time_seconds",
+    H,
+    "seconds",
+    "Time spent waiting in the queue.",
+    buckets=VLLM_REQUEST_LATENCY_BUCKETS,
+)
+VLLM_INFERENCE_TIME = _vllm(
+    "vllm:request_inference_time_seconds",
+    H,
+    "seconds",
+    "Time from first schedule to finish.",
+    buckets=VLLM_REQUEST_LATENCY_BUCKETS,
+)
+VLLM_PREFILL_TIME = _vllm(
+    "vllm:request_prefill_time_seconds",
+    H,
+    "seconds",
+    "Prefill phase time (lowest bucket 0.3 s).",
+    buckets=VLLM_REQUEST_LATENCY_BUCKETS,
+)
+VLLM_DECODE_TIME = _vllm(
+    "vllm:request_decode_time_seconds",
+    H,
+    "seconds",
+    "Decode phase time (lowest bucket 0.3 s).",
+    buckets=VLLM_REQUEST_LATENCY_BUCKETS,
+)
 VLLM_REQUEST_PROMPT_TOKENS = _vllm("vllm:request_prompt_tokens", H, "tokens", "Prompt length per request.")
 VLLM_REQUEST_GENERATION_TOKENS = _vllm("vllm:request_generation_tokens", H, "tokens", "Generated tokens per request.")
 VLLM_REQUEST_MAX_TOKENS = _vllm("vllm:request_params_max_tokens", H, "tokens", "The max_tokens parameter per request.")
@@ -528,6 +577,16 @@ EXPORTER_PARSE_ERRORS = _own(
     "Scraped pages that could not be parsed.",
     "target",
 )
+ENGINE_MEMORY_BUDGET = _own(
+    "kvscope_engine_gpu_memory_budget_ratio",
+    G,
+    "ratio",
+    "Share of each GPU's memory the engine was configured to take (vLLM's gpu_memory_utilization, read "
+    "from vllm:cache_config_info), as a number alerts can compare with.",
+    "target",
+    "model_name",
+    "engine",
+)
 TARGET_UP = _own("kvscope_target_up", G, "bool", "1 when the scraped target answered.", "target")
 TARGET_SCRAPE_SECONDS = _own(
     "kvscope_target_scrape_duration_seconds", G, "seconds", "Time to scrape the target.", "target"
@@ -640,6 +699,12 @@ HOST_MEMORY_TOTAL = _own("kvscope_host_memory_total_bytes", G, "bytes", "Host me
 HOST_LOAD1 = _own("kvscope_host_load1", G, "load", "One-minute load average.")
 HOST_CPUS = _own("kvscope_host_cpus", G, "cpus", "Logical CPUs.")
 
+# --- written by Prometheus itself -----------------------------------------------------------
+
+SCRAPE_UP = Signal(
+    "up", G, "bool", "1 when Prometheus' last scrape of the target succeeded.", Source.PROMETHEUS, ("job", "instance")
+)
+
 # --- recording rules (alerts/): SLO error ratios over the multi-window burn-rate windows -------
 
 SLO_WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
@@ -678,11 +743,3 @@ def all_signals() -> tuple[Signal, ...]:
         elif isinstance(v, dict) and v and all(isinstance(x, Signal) for x in v.values()):
             out.extend(v.values())
     return tuple(out)
-
-
-def by_name(name: str) -> Signal:
-    """The signal whose name or alias is `name` (KeyError if none)."""
-    for signal in all_signals():
-        if name in signal.names:
-            return signal
-    raise KeyError(name)

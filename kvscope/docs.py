@@ -32,6 +32,11 @@ _SECTIONS = (
         "gateway decisions, XID counts, PCIe capacity, topology, exporter health.",
     ),
     (
+        catalog.Source.PROMETHEUS,
+        "Written by Prometheus",
+        "Series Prometheus adds for every scrape target; kvscope reads them.",
+    ),
+    (
         catalog.Source.RULE,
         "Recording rules (computed by Prometheus)",
         "Written by the generated rule file (`alerts/kvscope-rules.yaml`): SLO error ratios over the "

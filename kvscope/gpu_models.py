@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -29,14 +31,42 @@ MODELS = {
 }
 
 
-def lookup(model_name: str | None) -> GpuModel | None:
-    """The model whose short name appears in NVML's device name ('NVIDIA H100 80GB HBM3')."""
-    if not model_name:
+FIELDS = tuple(f.name for f in fields(GpuModel))
+
+
+class GpuModels:
+    """The datasheet table with a user's overrides (kvscope.yaml `gpu_models`): a known model's
+    fields may be changed one by one; a new model gives them all."""
+
+    def __init__(self, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        self.table: dict[str, GpuModel] = dict(MODELS)
+        self.overridden: dict[str, set[str]] = {}
+        for short, values in (overrides or {}).items():
+            given = {k: v for k, v in values.items() if v is not None}
+            if short in self.table:
+                self.table[short] = replace(self.table[short], **given)
+            else:
+                missing = [f for f in FIELDS if f not in given]
+                if missing:
+                    raise ValueError(f"gpu_models.{short}: a new model needs every field; missing {', '.join(missing)}")
+                self.table[short] = GpuModel(**given)
+            self.overridden[short] = set(given)
+
+    def lookup(self, model_name: str | None) -> GpuModel | None:
+        """The model whose short name appears in NVML's device name ('NVIDIA H100 80GB HBM3');
+        the longest short name wins (H100 NVL before H100)."""
+        if not model_name:
+            return None
+        for short in sorted(self.table, key=len, reverse=True):
+            if short in model_name:
+                return self.table[short]
         return None
-    for short, model in MODELS.items():
-        if short in model_name:
-            return model
-    return None
+
+    def __getitem__(self, short: str) -> GpuModel:
+        return self.table[short]
+
+
+DEFAULT_MODELS = GpuModels()
 
 
 # Per-lane bytes per second per direction, after line encoding, by PCIe generation.

@@ -1,16 +1,11 @@
 """prometheus_client objects built from catalog entries, so names, help and labels come from
-one place. Serving uses the instruments; the exporter's collectors use the families."""
+one place."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-)
 
 from kvscope.catalog import Kind, Signal
 
@@ -44,18 +39,3 @@ def histogram(signal: Signal, registry: CollectorRegistry, labels: Sequence[str]
         registry=registry,
         buckets=signal.buckets,
     )
-
-
-def family(
-    signal: Signal, labels: Sequence[str] | None = None
-) -> CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily:
-    """An empty metric family for `signal`, for custom collectors to fill with samples."""
-    labelnames = list(signal.labels if labels is None else labels)
-    match signal.kind:
-        case Kind.COUNTER:
-            return CounterMetricFamily(signal.family, signal.help, labels=labelnames)
-        case Kind.HISTOGRAM:
-            return HistogramMetricFamily(signal.family, signal.help, labels=labelnames)
-        case Kind.GAUGE | Kind.INFO:
-            return GaugeMetricFamily(signal.family, signal.help, labels=labelnames)
-    raise ValueError(signal.kind)

@@ -1,140 +1,141 @@
-"""A real Prometheus for tests and drills (Debian's `prometheus` package), and a small client
-for its HTTP API (instant and range queries, alerts)."""
+"""The one client for the Prometheus HTTP API (instant and range queries, rules, alerts), used by
+the diagnosis, the drill and the tests. It speaks the common API, so Thanos, Mimir and
+VictoriaMetrics work: base URL, path prefix (Mimir: /prometheus), extra headers (X-Scope-OrgID)
+and a bearer token are settings. Answers are size-limited and time-limited."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
+import math
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-import yaml
 
-from kvscope.launcher import ServerProcess, free_port, start_process
-
-
-class PrometheusMissing(RuntimeError):  # noqa: N818 - a state of the machine
-    """Prometheus is not installed (the message names the Debian package)."""
+MAX_BYTES = 64 << 20  # an answer larger than this is refused, not read into memory
 
 
-class QueryError(RuntimeError):
-    """Prometheus answered with an error, or not at all."""
+class PrometheusError(RuntimeError):
+    """The API could not answer a query (the subclass says why)."""
 
 
-def binary(name: str = "prometheus") -> str:
-    path = shutil.which(name)
-    if path is None:
-        raise PrometheusMissing(
-            f"`{name}` is not on PATH: install Debian's 'prometheus' package "
-            "(apt-get install prometheus), or run `make setup`"
-        )
-    return path
+class Unreachable(PrometheusError):  # noqa: N818 - a state of the server
+    """No connection, or no answer within the timeout."""
 
 
-def write_config(
-    path: Path,
-    jobs: Mapping[str, Sequence[str]],
-    *,
-    interval: str = "2s",
-    rule_files: Sequence[Path] = (),
-    evaluation_interval: str | None = None,
-) -> Path:
-    """A prometheus.yml scraping `jobs` (name -> host:port targets) every `interval`."""
-    config: dict[str, Any] = {
-        "global": {
-            "scrape_interval": interval,
-            "evaluation_interval": evaluation_interval or interval,
-            "scrape_timeout": interval,
-        },
-        "scrape_configs": [
-            {"job_name": name, "static_configs": [{"targets": list(targets)}]} for name, targets in jobs.items()
-        ],
-    }
-    if rule_files:
-        # Prometheus reads relative rule paths from the config file's folder, not the caller's.
-        config["rule_files"] = [str(Path(p).resolve()) for p in rule_files]
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
+class Refused(PrometheusError):  # noqa: N818 - the server's decision
+    """HTTP 401/403: credentials or tenant header wrong."""
 
 
-def start(
-    workdir: Path,
-    jobs: Mapping[str, Sequence[str]],
-    *,
-    interval: str = "2s",
-    rule_files: Sequence[Path] = (),
-    port: int | None = None,
-    storage: Path | None = None,
-    retention: str = "2d",
-) -> ServerProcess:
-    """Prometheus on 127.0.0.1 scraping `jobs`; ready when /-/ready answers."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    port = port or free_port()
-    config = write_config(workdir / "prometheus.yml", jobs, interval=interval, rule_files=rule_files)
-    argv = [
-        binary(),
-        f"--config.file={config}",
-        f"--storage.tsdb.path={storage or workdir / 'data'}",
-        f"--storage.tsdb.retention.time={retention}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--web.enable-lifecycle",
-    ]
-    return start_process("prometheus", argv, f"http://127.0.0.1:{port}", workdir / "prometheus.log")
+class NotPrometheus(PrometheusError):  # noqa: N818 - what the answer was
+    """The answer is not the Prometheus API's JSON (wrong URL or path prefix)."""
 
 
-def backfill(openmetrics: Path, data: Path) -> None:
-    """Write an OpenMetrics file with timestamps into TSDB blocks under `data`
-    (`promtool tsdb create-blocks-from openmetrics`), for a Prometheus started on `data`."""
-    subprocess.run(
-        [binary("promtool"), "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(data)],
-        check=True,
-        capture_output=True,
-    )
+class TooLarge(PrometheusError):  # noqa: N818 - what the answer was
+    """The answer is larger than the client's size limit."""
+
+
+class QueryFailed(PrometheusError):  # noqa: N818 - one query refused, not our error
+    """The server refused one query (bad PromQL for its version, too many samples)."""
+
+
+Vector = list[tuple[dict[str, str], float]]
+Matrix = list[tuple[dict[str, str], list[tuple[float, float]]]]
 
 
 @dataclass
-class PrometheusApi:
-    """The subset of the Prometheus HTTP API tests and drills use."""
-
+class PrometheusClient:
     url: str
-    timeout: float = 10.0
+    path_prefix: str = ""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    bearer_token: str | None = None
+    timeout: float = 30.0
+    max_bytes: int = MAX_BYTES
 
-    def _get(self, path: str, params: Mapping[str, Any]) -> Any:
+    def __post_init__(self) -> None:
+        headers = dict(self.headers)
+        if self.bearer_token:
+            headers["Authorization"] = f"Bearer {self.bearer_token}"
+        base = self.url.rstrip("/") + ("/" + self.path_prefix.strip("/") if self.path_prefix.strip("/") else "")
+        self._client = httpx.Client(base_url=base, headers=headers, timeout=self.timeout, follow_redirects=False)
+
+    @property
+    def name(self) -> str:
+        return str(self._client.base_url).rstrip("/")
+
+    def __enter__(self) -> PrometheusClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._client.close()
+
+    def get(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
+        """The `data` of a successful API answer; PrometheusError otherwise."""
         try:
-            response = httpx.get(self.url.rstrip("/") + path, params=dict(params), timeout=self.timeout)
-            body = response.json()
-        except (httpx.HTTPError, ValueError) as exc:
-            raise QueryError(f"{self.url}{path}: {exc}") from exc
-        if body.get("status") != "success":
-            raise QueryError(f"{path}: {body.get('errorType')}: {body.get('error')}")
-        return body["data"]
+            with self._client.stream("GET", path, params=dict(params or {})) as response:
+                body = bytearray()
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if len(body) > self.max_bytes:
+                        raise TooLarge(f"{self.name}{path}: the answer is larger than {self.max_bytes >> 20} MiB")
+                status = response.status_code
+        except httpx.HTTPError as exc:
+            raise Unreachable(f"Prometheus at {self.name} is unreachable: {exc}") from exc
+        if status in (401, 403):
+            raise Refused(
+                f"{self.name} refused the query (HTTP {status}): "
+                "check the bearer token or headers such as X-Scope-OrgID"
+            )
+        try:
+            answer: dict[str, Any] = _json(bytes(body))
+        except ValueError as exc:
+            raise NotPrometheus(
+                f"{self.name} answered HTTP {status} with no Prometheus API response (wrong URL or path prefix?)"
+            ) from exc
+        if answer.get("status") != "success":
+            raise QueryFailed(f"{answer.get('errorType')}: {answer.get('error')}")
+        return answer.get("data")
 
-    def query(self, expr: str, at: float | None = None) -> list[tuple[dict[str, str], float]]:
-        """Instant vector: (labels, value) pairs."""
+    def query(self, expr: str, at: float | None = None) -> Vector:
+        """An instant query: (labels, value) pairs; a scalar answer is one pair without labels."""
         params: dict[str, Any] = {"query": expr}
         if at is not None:
-            params["time"] = at
-        data = self._get("/api/v1/query", params)
-        if data["resultType"] == "scalar":
-            return [({}, float(data["result"][1]))]
-        return [(r["metric"], float(r["value"][1])) for r in data["result"]]
+            params["time"] = f"{at:.3f}"
+        data = self.get("/api/v1/query", params)
+        try:
+            if data["resultType"] == "scalar":
+                return [({}, float(data["result"][1]))]
+            if data["resultType"] != "vector":
+                return []
+            return [(dict(r["metric"]), float(r["value"][1])) for r in data["result"]]
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise NotPrometheus(f"{self.name}: malformed query answer ({exc})") from exc
 
-    def query_range(
-        self, expr: str, start: float, end: float, step: float
-    ) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
-        data = self._get("/api/v1/query_range", {"query": expr, "start": start, "end": end, "step": step})
-        return [(r["metric"], [(float(t), float(v)) for t, v in r["values"]]) for r in data["result"]]
+    def query_range(self, expr: str, start: float, end: float, step: float) -> Matrix:
+        data = self.get("/api/v1/query_range", {"query": expr, "start": start, "end": end, "step": step})
+        try:
+            return [(dict(r["metric"]), [(float(t), float(v)) for t, v in r["values"]]) for r in data["result"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise NotPrometheus(f"{self.name}: malformed range answer ({exc})") from exc
+
+    def value(self, expr: str, at: float | None = None) -> float | None:
+        """The largest finite value of an instant query, or None when it has none (or failed)."""
+        try:
+            values = [v for _, v in self.query(expr, at) if math.isfinite(v)]
+        except PrometheusError:
+            return None
+        return max(values) if values else None
 
     def rule_groups(self) -> list[dict[str, Any]]:
         """The rule groups Prometheus loaded (empty when a rule file was not found)."""
-        return list(self._get("/api/v1/rules", {})["groups"])
+        return list(self.get("/api/v1/rules")["groups"])
 
     def alerts(self) -> list[dict[str, Any]]:
-        return list(self._get("/api/v1/alerts", {})["alerts"])
+        return list(self.get("/api/v1/alerts")["alerts"])
 
     def wait_for_scrapes(self, job: str, targets: int = 1, timeout: float = 60.0) -> None:
         """Block until every target of `job` has been scraped successfully once.
@@ -142,14 +143,27 @@ class PrometheusApi:
         Prometheus scrapes a new target only after its first service-discovery cycle; a
         counter that moves before then appears already moved and `increase()` reads 0.
         """
+        from kvscope.catalog import SCRAPE_UP
+        from kvscope.promql import Selector, metric
+
+        up = str(metric(SCRAPE_UP, Selector.of(job=job)))
         deadline = time.monotonic() + timeout
         while True:
             try:
-                up = [v for _, v in self.query(f'up{{job="{job}"}}')]
-            except QueryError:
-                up = []
-            if len(up) >= targets and all(v == 1 for v in up):
+                values = [v for _, v in self.query(up)]
+            except PrometheusError:
+                values = []
+            if len(values) >= targets and all(v == 1 for v in values):
                 return
             if time.monotonic() > deadline:
-                raise QueryError(f"job {job!r}: {len(up)} of {targets} targets scraped after {timeout:.0f} s")
+                raise PrometheusError(f"job {job!r}: {len(values)} of {targets} targets scraped after {timeout:.0f} s")
             time.sleep(0.5)
+
+
+def _json(body: bytes) -> dict[str, Any]:
+    import json
+
+    answer = json.loads(body)
+    if not isinstance(answer, dict):
+        raise ValueError("not a JSON object")
+    return answer

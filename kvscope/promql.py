@@ -1,100 +1,455 @@
-"""A small PromQL reader: which metric names an expression selects (for checking that rules and
-dashboards name only catalog metrics). Label matchers, grouping lists, strings, durations and
-functions are set aside; what is left are the selected series' names."""
+"""The one PromQL builder, and a small reader.
+
+Every PromQL expression kvscope writes (alert rules, recording rules, dashboard panels, the
+diagnosis' measures, the drill's queries) is built here, so label values are escaped, a
+metric's older names are tried with `or`, and parentheses are right, in one place.
+
+An `Expr` holds one alternative per metric name: `metric(c.VLLM_KV_CACHE_USAGE)` stands for
+the current name and its pre-rename alias. Functions and
+aggregations apply to each alternative; a binary operation pairs the alternatives of two
+expressions when both have the same number of them (hits / queries of the same vintage), and
+otherwise first joins each side's alternatives with `or`. `str()` joins them with `or`.
+
+    kv = metric(c.VLLM_KV_CACHE_USAGE, Selector.of(namespace="prod")).max(by=("instance",))
+    str(kv.ge(0.9))
+    # ((max by (instance) (NAME{namespace="prod"})) or (max by (instance) (ALIAS{namespace="prod"}))) >= 0.9
+
+`metric_names(expr)` reads back which metric names an expression selects (tests use it to
+prove that rules and dashboards name only catalogued metrics).
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from kvscope.catalog import Signal
+
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+# A range or step: a Prometheus duration, or a Grafana variable ($__rate_interval, ${window}).
+_WINDOW = re.compile(r"(\d+(ms|s|m|h|d|w|y))+|\$\{?\w+\}?")
+Op = Literal["=", "!=", "=~", "!~"]
+_OPS: tuple[Op, ...] = ("=~", "!~", "!=", "=")  # longest first, for parsing
+Kind = Literal["selector", "range", "atom", "binary"]
+
+
+def escape(value: str) -> str:
+    """A label value as a double-quoted PromQL string."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def regex_any(values: Iterable[object]) -> str:
+    """A regular expression matching exactly one of `values` (for `=~`)."""
+    return "|".join(re.escape(str(v)) for v in values)
+
+
+def _label(name: str) -> str:
+    if not LABEL_NAME.fullmatch(name):
+        raise ValueError(f"not a label name: {name!r}")
+    return name
+
+
+def _window(text: str) -> str:
+    if not _WINDOW.fullmatch(text):
+        raise ValueError(f"not a range: {text!r} (use a duration such as 5m)")
+    return text
+
+
+def number(value: float) -> str:
+    """A number as PromQL writes it (12 significant digits, no float noise)."""
+    if value != value:  # NaN
+        return "NaN"
+    return f"{value:.12g}"
+
+
+@dataclass(frozen=True)
+class Matcher:
+    name: str
+    op: Op
+    value: str
+
+    def __post_init__(self) -> None:
+        _label(self.name)
+        if self.op not in _OPS:
+            raise ValueError(f"not a label matcher operator: {self.op!r}")
+
+    def __str__(self) -> str:
+        return f"{self.name}{self.op}{escape(self.value)}"
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Label matchers, as in `{namespace="prod",pod=~"vllm-.*"}`."""
+
+    matchers: tuple[Matcher, ...] = ()
+
+    @classmethod
+    def of(cls, **equal: str) -> Selector:
+        return cls(tuple(Matcher(k, "=", v) for k, v in equal.items()))
+
+    @classmethod
+    def parse(cls, text: str) -> Selector:
+        """A user's selector (`{a="b", c=~"d"}`, braces optional); ValueError naming what is wrong."""
+        body = text.strip()
+        if body.startswith("{"):
+            if not body.endswith("}"):
+                raise ValueError(f"selector {text!r}: no closing brace")
+            body = body[1:-1]
+        matchers: list[Matcher] = []
+        pos = 0
+        while True:
+            pos = _skip(body, pos)
+            if pos >= len(body):
+                break
+            name = LABEL_NAME.match(body, pos)
+            if not name:
+                raise ValueError(f"selector {text!r}: expected a label name at {body[pos:]!r}")
+            pos = _skip(body, name.end())
+            op = next((o for o in _OPS if body.startswith(o, pos)), None)
+            if op is None:
+                raise ValueError(f"selector {text!r}: expected =, !=, =~ or !~ after {name.group()!r}")
+            value, pos = _string(body, _skip(body, pos + len(op)), text)
+            matchers.append(Matcher(name.group(), op, value))
+            pos = _skip(body, pos)
+            if pos < len(body):
+                if body[pos] != ",":
+                    raise ValueError(f"selector {text!r}: expected ',' at {body[pos:]!r}")
+                pos += 1
+        return cls(tuple(matchers))
+
+    def where(self, name: str, op: Op, value: str) -> Selector:
+        return Selector((*self.matchers, Matcher(name, op, value)))
+
+    def __and__(self, other: Selector) -> Selector:
+        return Selector((*self.matchers, *other.matchers))
+
+    def __bool__(self) -> bool:
+        return bool(self.matchers)
+
+    def __str__(self) -> str:
+        return "{" + ",".join(str(m) for m in self.matchers) + "}" if self.matchers else ""
+
+
+ANY = Selector()  # no matchers
+
+
+def _skip(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos].isspace():
+        pos += 1
+    return pos
+
+
+def _string(body: str, pos: int, text: str) -> tuple[str, int]:
+    """A quoted PromQL string at `pos`: its value and the position after it."""
+    if pos >= len(body) or body[pos] not in "\"'`":
+        raise ValueError(f"selector {text!r}: label values must be quoted")
+    quote, i = body[pos], pos + 1
+    out: list[str] = []
+    escapes = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "'": "'"}
+    while i < len(body):
+        ch = body[i]
+        if ch == quote:
+            return "".join(out), i + 1
+        if ch == "\\" and quote != "`" and i + 1 < len(body):
+            nxt = body[i + 1]
+            out.append(escapes.get(nxt, "\\" + nxt))
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    raise ValueError(f"selector {text!r}: unterminated string")
+
+
+@dataclass(frozen=True)
+class Expr:
+    """A PromQL expression: one alternative per metric name (see the module docstring)."""
+
+    alts: tuple[str, ...]
+    kind: Kind = "atom"
+
+    def __str__(self) -> str:
+        if len(self.alts) == 1:
+            return self.alts[0]
+        return " or ".join(f"({a})" for a in self.alts)
+
+    # --- shape ----------------------------------------------------------------------------
+    def _map(self, render: Callable[[str], str], kind: Kind = "atom") -> Expr:
+        return Expr(tuple(render(a) for a in self.alts), kind)
+
+    def collapse(self) -> Expr:
+        """One alternative: the alternatives joined with `or`."""
+        if len(self.alts) == 1:
+            return self
+        return Expr((str(self),), "binary")
+
+    def _operand(self) -> tuple[str, ...]:
+        return tuple(f"({a})" if self.kind == "binary" else a for a in self.alts)
+
+    # --- ranges, offsets --------------------------------------------------------------------
+    def range(self, window: str, step: str | None = None) -> Expr:
+        """`x[window]` for a selector; a subquery `(x)[window:step]` for anything else."""
+        window = _window(window)
+        if self.kind == "selector" and step is None:
+            return self._map(lambda a: f"{a}[{window}]", "range")
+        if self.kind == "range":
+            raise ValueError("a range of a range")
+        step_text = _window(step) if step else ""
+        return self._map(lambda a: f"({a})[{window}:{step_text}]", "range")
+
+    def offset(self, shift: str) -> Expr:
+        if self.kind not in ("selector", "range"):
+            raise ValueError("offset applies to a selector, a range or a subquery")
+        shift = _window(shift)
+        return self._map(lambda a: f"{a} offset {shift}", self.kind)
+
+    # --- functions ------------------------------------------------------------------------
+    def fn(self, name: str, *args: str, first: Sequence[str] = ()) -> Expr:
+        """`name(first..., x, args...)`; x is this expression."""
+        head = "".join(a + ", " for a in first)
+        rest = "".join(", " + a for a in args)
+        return self._map(lambda a: f"{name}({head}{a}{rest})")
+
+    def _over(self, name: str, window: str | None, step: str | None = None) -> Expr:
+        source = self if window is None else self.range(window, step)
+        if source.kind != "range":
+            raise ValueError(f"{name} needs a range")
+        return source.fn(name)
+
+    def rate(self, window: str | None = None) -> Expr:
+        return self._over("rate", window)
+
+    def irate(self, window: str | None = None) -> Expr:
+        return self._over("irate", window)
+
+    def increase(self, window: str | None = None) -> Expr:
+        return self._over("increase", window)
+
+    def deriv(self, window: str | None = None) -> Expr:
+        return self._over("deriv", window)
+
+    def changes(self, window: str | None = None) -> Expr:
+        return self._over("changes", window)
+
+    def over_time(self, how: str, window: str | None = None, step: str | None = None) -> Expr:
+        """`max_over_time(x[window])` and friends (`how` = max, min, avg, last, sum, count)."""
+        return self._over(f"{how}_over_time", window, step)
+
+    def clamp_max(self, limit: float) -> Expr:
+        return self.fn("clamp_max", number(limit))
+
+    def clamp_min(self, limit: float) -> Expr:
+        return self.fn("clamp_min", number(limit))
+
+    # --- aggregation ----------------------------------------------------------------------
+    def aggregate(self, op: str, by: Sequence[str] | None = None, without: Sequence[str] | None = None) -> Expr:
+        if by is not None and without is not None:
+            raise ValueError("by or without, not both")
+        grouping = ""
+        if by is not None:
+            grouping = f" by ({', '.join(_label(x) for x in by)})"
+        elif without is not None:
+            grouping = f" without ({', '.join(_label(x) for x in without)})"
+        return self._map(lambda a: f"{op}{grouping} ({a})")
+
+    def sum(self, by: Sequence[str] | None = None) -> Expr:
+        return self.aggregate("sum", by)
+
+    def max(self, by: Sequence[str] | None = None) -> Expr:
+        return self.aggregate("max", by)
+
+    def min(self, by: Sequence[str] | None = None) -> Expr:
+        return self.aggregate("min", by)
+
+    def avg(self, by: Sequence[str] | None = None) -> Expr:
+        return self.aggregate("avg", by)
+
+    def count(self, by: Sequence[str] | None = None) -> Expr:
+        return self.aggregate("count", by)
+
+    # --- binary operations ----------------------------------------------------------------
+    def binop(
+        self,
+        op: str,
+        other: Expr | float,
+        *,
+        on: Sequence[str] | None = None,
+        ignoring: Sequence[str] | None = None,
+        group_left: Sequence[str] | None = None,
+        group_right: Sequence[str] | None = None,
+        bool_: bool = False,
+    ) -> Expr:
+        """`self op other` with vector matching; see the module docstring for alternatives."""
+        right = other if isinstance(other, Expr) else Expr((number(other),))
+        modifiers = " bool" if bool_ else ""
+        if on is not None:
+            modifiers += f" on ({', '.join(_label(x) for x in on)})"
+        if ignoring is not None:
+            modifiers += f" ignoring ({', '.join(_label(x) for x in ignoring)})"
+        if group_left is not None:
+            modifiers += f" group_left ({', '.join(_label(x) for x in group_left)})"
+        if group_right is not None:
+            modifiers += f" group_right ({', '.join(_label(x) for x in group_right)})"
+        left = self
+        if not (len(left.alts) == len(right.alts) > 1):
+            left, right = left.collapse(), right.collapse()
+        pairs = zip(left._operand(), right._operand(), strict=True)
+        return Expr(tuple(f"{a} {op}{modifiers} {b}" for a, b in pairs), "binary")
+
+    def __add__(self, other: Expr | float) -> Expr:
+        return self.binop("+", other)
+
+    def __sub__(self, other: Expr | float) -> Expr:
+        return self.binop("-", other)
+
+    def __mul__(self, other: Expr | float) -> Expr:
+        return self.binop("*", other)
+
+    def __truediv__(self, other: Expr | float) -> Expr:
+        return self.binop("/", other)
+
+    def __rsub__(self, other: float) -> Expr:
+        return Expr((number(other),)).binop("-", self)
+
+    def __rtruediv__(self, other: float) -> Expr:
+        return Expr((number(other),)).binop("/", self)
+
+    def gt(self, other: Expr | float, **matching: Any) -> Expr:
+        return self.binop(">", other, **matching)
+
+    def ge(self, other: Expr | float, **matching: Any) -> Expr:
+        return self.binop(">=", other, **matching)
+
+    def lt(self, other: Expr | float, **matching: Any) -> Expr:
+        return self.binop("<", other, **matching)
+
+    def le(self, other: Expr | float, **matching: Any) -> Expr:
+        return self.binop("<=", other, **matching)
+
+    def eq(self, other: Expr | float, **matching: Any) -> Expr:
+        return self.binop("==", other, **matching)
+
+    def and_(self, other: Expr, **matching: Any) -> Expr:
+        return self.collapse().binop("and", other.collapse(), **matching)
+
+    def or_(self, other: Expr, **matching: Any) -> Expr:
+        return self.collapse().binop("or", other.collapse(), **matching)
+
+    def unless(self, other: Expr, **matching: Any) -> Expr:
+        return self.binop("unless", other, **matching)
+
+
+# --- constructors -------------------------------------------------------------------------
+
+
+def _names(what: Signal | str) -> tuple[str, ...]:
+    names = what.names if isinstance(what, Signal) else (what,)
+    for name in names:
+        if not METRIC_NAME.fullmatch(name):
+            raise ValueError(f"not a metric name: {name!r}")
+    return names
+
+
+def metric(what: Signal | str, selector: Selector | None = None, suffix: str = "") -> Expr:
+    """A signal's series under each of its names (current first), e.g. `suffix="_bucket"`."""
+    sel = str(selector or "")
+    return Expr(tuple(f"{name}{suffix}{sel}" for name in _names(what)), "selector")
+
+
+def metrics(*signals: Signal, selector: Selector | None = None, suffix: str = "") -> Expr:
+    """Several signals as alternatives of one expression, in order (a fallback chain)."""
+    return either(*(metric(s, selector, suffix) for s in signals))
+
+
+def either(*exprs: Expr) -> Expr:
+    """The alternatives of several expressions, in order (`A or B or ...`)."""
+    kinds = {e.kind for e in exprs}
+    return Expr(tuple(a for e in exprs for a in e.alts), kinds.pop() if len(kinds) == 1 else "binary")
+
+
+def scalar(value: float) -> Expr:
+    return Expr((number(value),))
+
+
+def vector(value: float) -> Expr:
+    return Expr((f"vector({number(value)})",))
+
+
+def histogram_quantile(q: float, buckets: Expr, window: str, by: Sequence[str] = ()) -> Expr:
+    """`histogram_quantile(q, sum by (le, by) (rate(buckets[window])))` per alternative."""
+    return buckets.rate(window).sum(by=("le", *by)).fn("histogram_quantile", first=(number(q),))
+
+
+def quantile(q: float, *signals: Signal, window: str, by: Sequence[str] = (), selector: Selector | None = None) -> Expr:
+    """Per-entity quantile of one or more histogram signals (tried in order)."""
+    return histogram_quantile(q, metrics(*signals, selector=selector, suffix="_bucket"), window, by)
+
+
+def histogram_mean(signal: Signal, window: str, by: Sequence[str] = (), selector: Selector | None = None) -> Expr:
+    """Mean observation over the window: rate of _sum / rate of _count."""
+    total = metric(signal, selector, "_sum").rate(window).sum(by=by)
+    count = metric(signal, selector, "_count").rate(window).sum(by=by)
+    return total / count
+
+
+def label_values(series: Expr, label: str) -> str:
+    """Grafana's `label_values(metric{...}, label)` for a query variable (first name only)."""
+    return f"label_values({series.alts[0]}, {_label(label)})"
+
+
+# --- rewriting ------------------------------------------------------------------------------
+
+_RANGE = re.compile(r"\[([0-9a-z]+)(?::([0-9a-z]+))?\]")
+_OFFSET = re.compile(r"\boffset\s+([0-9a-z]+)")
+
+
+def scale_durations(expr: str, speedup: float, min_range: float = 0.0, min_step: float = 0.0) -> str:
+    """An expression with every range, subquery step and offset divided by `speedup` (the drill
+    runs the generated rules on a faster clock); ranges and steps stay at least the minimums."""
+    from kvscope.durations import format_duration, parse_duration
+
+    def one_range(m: re.Match[str]) -> str:
+        window = format_duration(max(parse_duration(m.group(1)) / speedup, min_range))
+        if m.group(2) is None:
+            return f"[{window}]"
+        return f"[{window}:{format_duration(max(parse_duration(m.group(2)) / speedup, min_step))}]"
+
+    expr = _RANGE.sub(one_range, expr)
+    return _OFFSET.sub(lambda m: f"offset {format_duration(parse_duration(m.group(1)) / speedup)}", expr)
+
+
+# --- the reader ---------------------------------------------------------------------------
 
 _FUNCTIONS = {
-    "abs",
-    "absent",
-    "absent_over_time",
-    "avg",
-    "avg_over_time",
-    "bottomk",
-    "ceil",
-    "changes",
-    "clamp",
-    "clamp_max",
-    "clamp_min",
-    "count",
-    "count_over_time",
-    "count_values",
-    "day_of_month",
-    "day_of_week",
-    "delta",
-    "deriv",
-    "exp",
-    "floor",
-    "group",
-    "histogram_quantile",
-    "holt_winters",
-    "hour",
-    "idelta",
-    "increase",
-    "irate",
-    "label_join",
-    "label_replace",
-    "last_over_time",
-    "ln",
-    "log10",
-    "log2",
-    "max",
-    "max_over_time",
-    "min",
-    "min_over_time",
-    "minute",
-    "month",
-    "predict_linear",
-    "present_over_time",
-    "quantile",
-    "quantile_over_time",
-    "rate",
-    "resets",
-    "round",
-    "scalar",
-    "sgn",
-    "sort",
-    "sort_desc",
-    "sqrt",
-    "stddev",
-    "stddev_over_time",
-    "stdvar",
-    "sum",
-    "sum_over_time",
-    "time",
-    "timestamp",
-    "topk",
-    "vector",
-    "year",
-}
+    "abs", "absent", "absent_over_time", "avg", "avg_over_time", "bottomk", "ceil", "changes", "clamp",
+    "clamp_max", "clamp_min", "count", "count_over_time", "count_values", "day_of_month", "day_of_week",
+    "delta", "deriv", "exp", "floor", "group", "histogram_quantile", "holt_winters", "hour", "idelta",
+    "increase", "irate", "label_join", "label_replace", "label_values", "last_over_time", "ln", "log10",
+    "log2", "max", "max_over_time", "min", "min_over_time", "minute", "month", "predict_linear",
+    "present_over_time", "quantile", "quantile_over_time", "rate", "resets", "round", "scalar", "sgn",
+    "sort", "sort_desc", "sqrt", "stddev", "stddev_over_time", "stdvar", "sum", "sum_over_time", "time",
+    "timestamp", "topk", "vector", "year",
+}  # fmt: skip
 _KEYWORDS = {
-    "by",
-    "without",
-    "on",
-    "ignoring",
-    "group_left",
-    "group_right",
-    "and",
-    "or",
-    "unless",
-    "offset",
-    "bool",
-    "inf",
-    "nan",
-}
+    "by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "offset", "bool",
+    "inf", "nan",
+}  # fmt: skip
 _GROUPING = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
 _NAME = re.compile(r"(?<![\w:.$])([a-zA-Z_:][a-zA-Z0-9_:]*)")
 
 
 def metric_names(expr: str) -> set[str]:
+    """The metric names an expression selects (label matchers, groupings, strings, durations,
+    functions and Grafana variables set aside)."""
     text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # strings
     text = re.sub(r"\{[^}]*\}", "", text)  # label matchers
     text = re.sub(r"\[[^\]]*\]", "", text)  # range durations, subqueries
     text = _GROUPING.sub("", text)
     text = re.sub(r"\boffset\s+\w+", "", text)
     text = re.sub(r"\$\{?\w+\}?", "0", text)  # Grafana variables
+    text = re.sub(r",\s*\w+\)", ")", text) if text.startswith("label_values(") else text
     names = set()
     for match in _NAME.finditer(text):
         name = match.group(1)

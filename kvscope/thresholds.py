@@ -7,7 +7,10 @@ latency losses) and what vLLM's own numbers mean.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+
+DEFAULT = "default"
 
 
 @dataclass(frozen=True)
@@ -19,6 +22,11 @@ class Threshold:
     unit: str
     why: str
     for_: str = ""  # Prometheus duration the condition must hold before it counts
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """The values a user may set: ratios in (0, 1], percentages in (0, 100], else > 0."""
+        return {"ratio": (0.0, 1.0), "percent": (0.0, 100.0)}.get(self.unit, (0.0, float("inf")))
 
 
 KV_USAGE_WARNING = Threshold(
@@ -189,5 +197,39 @@ TARGET_DOWN_FOR = Threshold("target_down", 0.5, "bool", "A scrape target or expo
 
 
 def all_thresholds() -> tuple[Threshold, ...]:
-    """Every threshold, in definition order."""
+    """Every threshold's default, in definition order."""
     return tuple(v for v in globals().values() if isinstance(v, Threshold))
+
+
+class Thresholds:
+    """The effective table: the defaults above with a user's overrides (kvscope.yaml).
+
+    Looked up by the default record, so a key is never typed twice:
+    `limits[t.KV_USAGE_CRITICAL].value`, or `limits.value(t.KV_USAGE_CRITICAL)`.
+    """
+
+    def __init__(self, overrides: Mapping[str, tuple[float, str | None]] | None = None, source: str = DEFAULT) -> None:
+        known = {t.key: t for t in all_thresholds()}
+        self._table = dict(known)
+        self._sources = dict.fromkeys(known, DEFAULT)
+        for key, (value, for_) in (overrides or {}).items():
+            if key not in known:
+                raise KeyError(key)
+            self._table[key] = replace(known[key], value=value, for_=known[key].for_ if for_ is None else for_)
+            self._sources[key] = source
+
+    def __getitem__(self, default: Threshold) -> Threshold:
+        return self._table[default.key]
+
+    def value(self, default: Threshold) -> float:
+        return self._table[default.key].value
+
+    def source(self, default: Threshold) -> str:
+        """Where the effective value came from: "default" or the config file."""
+        return self._sources[default.key]
+
+    def __iter__(self) -> Iterator[Threshold]:
+        return iter(self._table.values())
+
+
+DEFAULTS = Thresholds()

@@ -1,17 +1,19 @@
-"""The gateway's YAML configuration: tenants and their API keys, tiers and their limits, QoS.
+"""The gateway's configuration, the `gateway:` section of kvscope.yaml: tenants and their API
+keys, tiers and their limits, QoS.
 
-Without a file the gateway behaves like vLLM's own server: no API key, one anonymous tenant,
-no quotas; requests longer than max_model_len are still refused before the engine.
+Without one the gateway behaves like vLLM's own server: no API key, one anonymous tenant, no
+quotas; requests longer than max_model_len are still refused before the engine.
 
-    tiers:
-      standard: {max_request_tokens: 16384, max_tokens: 2048, tokens_per_minute: 50000,
-                 deadline_seconds: 60}
-    tenants:
-      acme: {tier: standard, api_keys: ["sk-acme-1"]}
-    qos:
-      classes:
-        - {name: interactive, max_prompt_tokens: 512, delay_ms: 0}
-        - {name: bulk, delay_ms: 60000, kv_share: 0.5}
+    gateway:
+      tiers:
+        standard: {max_request_tokens: 16384, max_tokens: 2048, tokens_per_minute: 50000,
+                   deadline_seconds: 60}
+      tenants:
+        acme: {tier: standard, api_keys: ["sk-acme-1"]}
+      qos:
+        classes:
+          - {name: interactive, max_prompt_tokens: 512, delay_ms: 0}
+          - {name: bulk, delay_ms: 60000, kv_share: 0.5}
 """
 
 from __future__ import annotations
@@ -20,14 +22,13 @@ import hashlib
 import hmac
 from pathlib import Path
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from kvscope import config, tuning
+from kvscope.config import ConfigError
 
 ANONYMOUS = "anonymous"
-
-
-class ConfigError(ValueError):
-    """The gateway configuration file is missing, unreadable or invalid (one-line message)."""
+__all__ = ["ANONYMOUS", "ConfigError", "GatewayConfig", "load_gateway_config"]
 
 
 class _Strict(BaseModel):
@@ -65,14 +66,18 @@ class QosClass(_Strict):
     )
 
 
-# Seed 000's PriorityScheduler ranks by prompt_len / 1000 - wait / 10: every 1K prompt tokens
-# cost 10 s of lead. Short delays (2 s / 10 s) let medium prompts compete with short ones as soon
-# as the queue passed 2 s (drill kv-avalanche, tuned: short p99 TTFT 4.5 s; with these 2.7 s).
+# Seed 000's PriorityScheduler ranks by prompt_len / 1000 - wait / 10 (kvscope/tuning.py). The
+# KV lane's share is the CPU drill's; on GPUs it is not yet measured (tuning.KV_LANE_SHARE).
 _DEFAULT_CLASSES = (
-    QosClass(name="interactive", max_prompt_tokens=512, delay_ms=0),
-    QosClass(name="standard", max_prompt_tokens=4096, delay_ms=15000),
+    QosClass(name="interactive", max_prompt_tokens=512, delay_ms=int(tuning.QOS_DELAY_MS["interactive"])),
+    QosClass(name="standard", max_prompt_tokens=4096, delay_ms=int(tuning.QOS_DELAY_MS["standard"])),
     # two prompts past 4K tokens admitted together outgrew a pool they each fit (seed 000)
-    QosClass(name="bulk", max_prompt_tokens=None, delay_ms=60000, kv_share=0.5),
+    QosClass(
+        name="bulk",
+        max_prompt_tokens=None,
+        delay_ms=int(tuning.QOS_DELAY_MS["bulk"]),
+        kv_share=tuning.KV_LANE_SHARE[tuning.Platform.CPU].value,
+    ),
 )
 
 
@@ -133,20 +138,6 @@ class GatewayConfig(_Strict):
 
 
 def load_gateway_config(path: Path | None) -> GatewayConfig:
-    """Read and validate the YAML file; ConfigError with a one-line reason when it is bad."""
-    if path is None:
-        return GatewayConfig()
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except OSError as exc:
-        raise ConfigError(f"cannot read gateway config {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"gateway config {path} is not valid YAML: {exc}".replace("\n", " ")) from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"gateway config {path} must be a mapping at the top level")
-    try:
-        return GatewayConfig.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise ConfigError(f"gateway config {path}: {where}: {first['msg']}") from exc
+    """The `gateway:` section of the kvscope.yaml at `path` (None: $KVSCOPE_CONFIG, else the
+    defaults); ConfigError with a one-line reason when it is bad."""
+    return config.load(path).section("gateway", GatewayConfig)

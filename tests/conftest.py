@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvscope.launcher import ServerProcess, running, vllm_openai_server
+from drill.launcher import ServerProcess, running, vllm_openai_server
 from serving.demo_model import SERVED_NAME, ensure_demo_model
 
 

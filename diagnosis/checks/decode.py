@@ -4,48 +4,49 @@ read time is the step time."""
 
 from __future__ import annotations
 
-from diagnosis.checks import Context, evidence, labels_of, value
-from diagnosis.findings import Finding, Severity, affected, describe
+from diagnosis.checks import Context, Hit, Parts, View, evidence, names, one_finding, value
+from diagnosis.findings import Finding, Severity
 from kvscope import thresholds as t
 
 
 def check(ctx: Context) -> Finding | None:
-    hits = []
-    for view in ctx.engines.values():
+    itl_limit = ctx.limit(t.ITL_P99)
+
+    def judge(view: View) -> Hit | None:
         itl = value(view, "itl_p99")
-        if itl is None or itl < t.ITL_P99.value:
-            continue
-        kv_ok = (value(view, "kv_usage_max") or 0) < t.KV_USAGE_CRITICAL.value
-        queue_ok = (value(view, "queue_p99") or 0) < t.QUEUE_TIME_P99.value
-        few_preemptions = (value(view, "preemption_rate") or 0) <= t.PREEMPTION_RATE.value
-        if kv_ok and queue_ok and few_preemptions:
-            hits.append(view)
-    if not hits:
-        return None
-    throttled = any((value(g, "throttle_active") or 0) >= t.THROTTLE_SHARE.value for g in ctx.gpus.values())
-    if throttled:
-        return None  # slow clocks explain it: that is thermal_power_throttling's finding
-    view = max(hits, key=lambda v: value(v, "itl_p99") or 0)
-    ev = [evidence(view, "itl_p99", t.ITL_P99), evidence(view, "kv_usage_max", t.KV_USAGE_CRITICAL)]
-    confidence = 0.5
-    dram = [g for g in ctx.gpus.values() if (value(g, "dram_active_avg") or 0) >= t.DRAM_ACTIVE_HIGH.value]
-    if dram:
-        ev.append(evidence(dram[0], "dram_active_avg", t.DRAM_ACTIVE_HIGH))
-        confidence += 0.3
-    names = ", ".join(describe(labels_of(v)) for v in hits)
-    return Finding(
-        id="decode_bandwidth_bound",
-        severity=Severity.WARNING,
-        confidence=confidence,
-        summary=f"decode is slow on {names}: p99 inter-token latency "
-        f"{(value(view, 'itl_p99') or 0) * 1000:.0f} ms while "
-        "KV cache, queue and clocks are fine: steps are bound by HBM bandwidth.",
-        affected=[affected(labels_of(v)) for v in hits],
-        evidence=ev,
-        remediation=[
-            "--kv-cache-dtype fp8 halves the KV bytes each decode step reads",
-            "speculative decoding with a draft model (kvscope serve --draft-model, GPU only) emits several "
-            "tokens per step",
-            "lower --max-num-seqs to trade throughput for inter-token latency, or add replicas",
-        ],
-    )
+        if itl is None or itl < itl_limit:
+            return None
+        kv_ok = (value(view, "kv_usage_max") or 0) < ctx.limit(t.KV_USAGE_CRITICAL)
+        queue_ok = (value(view, "queue_p99") or 0) < ctx.limit(t.QUEUE_TIME_P99)
+        few_preemptions = (value(view, "preemption_rate") or 0) <= ctx.limit(t.PREEMPTION_RATE)
+        return Hit(view, itl) if kv_ok and queue_ok and few_preemptions else None
+
+    def describe(worst: Hit, hits: list[Hit]) -> Parts | None:
+        throttled = any((value(g, "throttle_active") or 0) >= ctx.limit(t.THROTTLE_SHARE) for g in ctx.gpus.values())
+        if throttled:
+            return None  # slow clocks explain it: that is thermal_power_throttling's finding
+        ev = [
+            evidence(worst.view, "itl_p99", itl_limit),
+            evidence(worst.view, "kv_usage_max", ctx.limit(t.KV_USAGE_CRITICAL)),
+        ]
+        confidence = 0.5
+        dram_limit = ctx.limit(t.DRAM_ACTIVE_HIGH)
+        dram = [g for g in ctx.gpus.values() if (value(g, "dram_active_avg") or 0) >= dram_limit]
+        if dram:
+            ev.append(evidence(dram[0], "dram_active_avg", dram_limit))
+            confidence += 0.3
+        return Parts(
+            Severity.WARNING,
+            confidence,
+            f"decode is slow on {names(hits)}: p99 inter-token latency {worst.score * 1000:.0f} ms while "
+            "KV cache, queue and clocks are fine: steps are bound by HBM bandwidth.",
+            ev,
+            [
+                "--kv-cache-dtype fp8 halves the KV bytes each decode step reads",
+                "speculative decoding with a draft model (kvscope serve --draft-model, GPU only) emits several "
+                "tokens per step",
+                "lower --max-num-seqs to trade throughput for inter-token latency, or add replicas",
+            ],
+        )
+
+    return one_finding("decode_bandwidth_bound", ctx.engines.values(), judge, describe)

@@ -3,31 +3,32 @@ of latency (seed 004: 37 % of a call was queueing, 19 % serialisation, 44 % the 
 
 from __future__ import annotations
 
-from diagnosis.checks import Context, evidence, labels_of, value
-from diagnosis.findings import Finding, Severity, affected, describe
+from diagnosis.checks import Context, Hit, Parts, View, evidence, one_finding, value
+from diagnosis.findings import Finding, Severity
 from kvscope import thresholds as t
 
 
 def check(ctx: Context) -> Finding | None:
-    hits = []
-    for view in ctx.engines.values():
+    share_limit = ctx.limit(t.GATEWAY_OVERHEAD_SHARE)
+
+    def judge(view: View) -> Hit | None:
         gateway, e2e = value(view, "gateway_mean"), value(view, "e2e_mean")
-        if gateway is not None and e2e and gateway / e2e >= t.GATEWAY_OVERHEAD_SHARE.value:
-            hits.append((view, gateway / e2e))
-    if not hits:
+        if gateway is not None and e2e and gateway / e2e >= share_limit:
+            return Hit(view, gateway / e2e)
         return None
-    view, share = max(hits, key=lambda h: h[1])
-    return Finding(
-        id="gateway_overhead",
-        severity=Severity.WARNING if share >= 2 * t.GATEWAY_OVERHEAD_SHARE.value else Severity.INFO,
-        confidence=0.7,
-        summary=f"{share:.0%} of request latency on {describe(labels_of(view))} is spent before the engine "
-        "(gateway, protocol, tokenisation).",
-        affected=[affected(labels_of(v)) for v, _ in hits],
-        evidence=[evidence(view, "gateway_mean"), evidence(view, "e2e_mean")],
-        remediation=[
-            "profile the gateway path (py-spy on the API server process); keep connections alive (HTTP/1.1 "
-            "keep-alive or gRPC) and avoid re-serialising large bodies",
-            "run more API server processes in front of the engine (vLLM --api-server-count)",
-        ],
-    )
+
+    def describe(worst: Hit, hits: list[Hit]) -> Parts:
+        return Parts(
+            Severity.WARNING if worst.score >= 2 * share_limit else Severity.INFO,
+            0.7,
+            f"{worst.score:.0%} of request latency on {worst.name} is spent before the engine "
+            "(gateway, protocol, tokenisation).",
+            [evidence(worst.view, "gateway_mean"), evidence(worst.view, "e2e_mean")],
+            [
+                "profile the gateway path (py-spy on the API server process); keep connections alive (HTTP/1.1 "
+                "keep-alive or gRPC) and avoid re-serialising large bodies",
+                "run more API server processes in front of the engine (vLLM --api-server-count)",
+            ],
+        )
+
+    return one_finding("gateway_overhead", ctx.engines.values(), judge, describe)

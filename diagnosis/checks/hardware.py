@@ -1,12 +1,13 @@
 """gpu_hardware_fault: a critical XID, a failed row remap, a GPU lost from the bus. The XID
 catalog gives meaning and action; dcgm-exporter's sticky last-XID gauge counts only if it
-appeared or changed inside the window (its value alone may be days old)."""
+appeared or changed inside the window (its value alone may be days old). An XID the catalog
+does not know is treated as needing a GPU reset, as the GPUXidResetRequired alert does."""
 
 from __future__ import annotations
 
-from diagnosis.checks import Context, labels_of, value
-from diagnosis.findings import Evidence, Finding, Severity, affected, describe
-from kvscope.xid_catalog import Bucket
+from diagnosis.checks import Context, Hit, Parts, View, labels_of, one_finding, value
+from diagnosis.findings import Evidence, Finding, Severity
+from kvscope.xid_catalog import CATALOG, Bucket
 from kvscope.xid_catalog import describe as xid_describe
 
 _SEVERITY = {
@@ -14,64 +15,60 @@ _SEVERITY = {
     Bucket.RESET_GPU: Severity.CRITICAL,
     Bucket.APP: Severity.WARNING,
 }
-_ORDER = (Bucket.DRAIN_NODE, Bucket.RESET_GPU, Bucket.APP)
+_RANK = {Bucket.APP: 1, Bucket.RESET_GPU: 2, Bucket.DRAIN_NODE: 3}
+_CERTAIN = (48, 62, 64, 74, 79, 95, 119, 120, 140)  # codes that are faults whatever the context
+
+
+def _faults(view: View) -> list[tuple[dict[str, str], int | None, Evidence]]:
+    """(labels, XID or None for a failed row remap, evidence) for every fault on one GPU."""
+    faults: list[tuple[dict[str, str], int | None, Evidence]] = []
+    for v in view.get("xid_increase", []):
+        if v.value > 0 and v.labels.get("xid", "").isdigit():
+            faults.append((v.labels, int(v.labels["xid"]), Evidence(v.query, v.value, 0, v.labels)))
+    changed, last = value(view, "xid_changed"), value(view, "xid_last")
+    if changed and last and not faults:
+        faults.append((labels_of(view), int(last), Evidence(view["xid_last"][0].query, last, None, labels_of(view))))
+    if (value(view, "row_remap_failure") or 0) >= 1:
+        faults.append((labels_of(view), None, Evidence(view["row_remap_failure"][0].query, 1.0, 0, labels_of(view))))
+    return [f for f in faults if f[1] is None or xid_describe(f[1]).bucket is not Bucket.IGNORE]
+
+
+def _bucket(code: int | None) -> Bucket:
+    return Bucket.RESET_GPU if code is None else xid_describe(code).bucket
 
 
 def check(ctx: Context) -> Finding | None:
-    faults: list[tuple[dict, int | None, Evidence]] = []  # (labels, xid or None for remap, evidence)
-    for view in ctx.gpus.values():
-        for v in view.get("xid_increase", []):
-            if v.value > 0 and v.labels.get("xid", "").isdigit():
-                faults.append((v.labels, int(v.labels["xid"]), Evidence(v.query, v.value, 0, v.labels)))
-        changed, last = value(view, "xid_changed"), value(view, "xid_last")
-        if changed and last and not any(f[0].get("gpu") == labels_of(view).get("gpu") for f in faults):
-            faults.append(
-                (
-                    labels_of(view),
-                    int(last),
-                    Evidence(view["xid_last"][0].query, last, None, labels_of(view)),
-                )
-            )
-        if (value(view, "row_remap_failure") or 0) >= 1:
-            faults.append(
-                (
-                    labels_of(view),
-                    None,
-                    Evidence(view["row_remap_failure"][0].query, 1.0, 0, labels_of(view)),
-                )
-            )
-    faults = [f for f in faults if f[1] is None or xid_describe(f[1]).bucket is not Bucket.IGNORE]
-    if not faults:
-        return None
+    def judge(view: View) -> Hit | None:
+        faults = _faults(view)
+        if not faults:
+            return None
+        worst = max(faults, key=lambda f: _RANK[_bucket(f[1])])
+        return Hit(view, _RANK[_bucket(worst[1])], {"faults": faults, "worst": worst})
 
-    def bucket(f: tuple) -> Bucket:
-        return Bucket.RESET_GPU if f[1] is None else xid_describe(f[1]).bucket
+    def describe(worst: Hit, hits: list[Hit]) -> Parts:
+        labels, code, _ = worst.facts["worst"]
+        bucket = _bucket(code)
+        if code is None:
+            what, action = "a row remap failed (uncorrectable memory)", "reset the GPU and contact support"
+        else:
+            entry = xid_describe(code)
+            what, action = f"XID {code} ({entry.meaning})", entry.action
+        remediation = [f"{what}: {action}"]
+        if bucket is Bucket.DRAIN_NODE:
+            host = labels.get("Hostname") or labels.get("hostname") or "<node>"
+            remediation.append(
+                f"take the node out first: kubectl cordon {host} && kubectl drain {host} "
+                "--ignore-daemonsets; traffic moves to healthy replicas"
+            )
+        remediation.append("check the kernel log for the full XID line: dmesg -T | grep -i xid")
+        more = len(hits) - 1
+        certain = code is None or code in _CERTAIN or code not in CATALOG
+        return Parts(
+            _SEVERITY[bucket],
+            0.95 if certain else 0.8,
+            f"{worst.name}: {what}" + (f" (and {more} more GPU(s))" if more else "") + ".",
+            [f[2] for h in hits for f in h.facts["faults"]],
+            remediation,
+        )
 
-    worst = min(faults, key=lambda f: _ORDER.index(bucket(f)))
-    labels, code = worst[0], worst[1]
-    if code is None:
-        what, action = (
-            "a row remap failed (uncorrectable memory)",
-            "reset the GPU and contact support",
-        )
-    else:
-        entry = xid_describe(code)
-        what, action = f"XID {code} ({entry.meaning})", entry.action
-    remediation = [f"{what}: {action}"]
-    if bucket(worst) is Bucket.DRAIN_NODE:
-        host = labels.get("Hostname", "<node>")
-        remediation.append(
-            f"take the node out first: kubectl cordon {host} && kubectl drain {host} "
-            "--ignore-daemonsets; traffic moves to healthy replicas"
-        )
-    remediation.append("check the kernel log for the full XID line: dmesg -T | grep -i xid")
-    gpus = {(f[0].get("Hostname"), f[0].get("gpu")) for f in faults}
-    return Finding(
-        id="gpu_hardware_fault",
-        severity=_SEVERITY[bucket(worst)],
-        confidence=0.95 if code is None or code in (48, 62, 64, 74, 79, 95, 119, 120, 140) else 0.8,
-        summary=f"{describe(labels)}: {what}" + (f" (and {len(gpus) - 1} more GPU(s))" if len(gpus) > 1 else "") + ".",
-        affected=[affected(f[0]) for f in faults],
-        evidence=[f[2] for f in faults],
-        remediation=remediation,
-    )
+    return one_finding("gpu_hardware_fault", ctx.gpus.values(), judge, describe)

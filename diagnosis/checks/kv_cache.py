@@ -3,13 +3,13 @@ requests recompute their prefill and the queue grows (seed 000: the avalanche)."
 
 from __future__ import annotations
 
-from diagnosis.checks import Context, evidence, labels_of, value
-from diagnosis.findings import Finding, Severity, affected, describe
-from diagnosis.planner import sequences_that_fit
+from diagnosis.checks import Context, Hit, Parts, View, evidence, names, one_finding, value
+from diagnosis.findings import Evidence, Finding, Severity
 from kvscope import thresholds as t
+from kvscope.model_shape import sequences_that_fit
 
 
-def _capacity(view: dict) -> float | None:
+def _capacity(view: View) -> float | None:
     tokens = value(view, "kv_capacity_tokens")
     if tokens:
         return tokens
@@ -22,56 +22,58 @@ def _capacity(view: dict) -> float | None:
 
 
 def check(ctx: Context) -> Finding | None:
-    hits = []
-    for view in ctx.engines.values():
+    full_at, preempt_limit = ctx.limit(t.KV_USAGE_CRITICAL), ctx.limit(t.PREEMPTION_RATE)
+
+    def judge(view: View) -> Hit | None:
         kv = value(view, "kv_usage_max")
         preempt = value(view, "preemption_rate") or 0.0
         swapped = value(view, "swapped_max") or 0.0
-        full = kv is not None and kv >= t.KV_USAGE_CRITICAL.value
+        full = kv is not None and kv >= full_at
         # vLLM preempts only when no free KV block is left, so sustained preemptions prove the pool
         # ran out even when the sampled usage gauge (which swings within a second) missed the peak
-        if preempt > t.PREEMPTION_RATE.value or (full and swapped > 0):
-            hits.append(view)
-    if not hits:
+        if preempt > preempt_limit or (full and swapped > 0):
+            return Hit(view, preempt)
         return None
-    ev, confidence = [], 0.6
-    for view in hits:
-        if view.get("kv_usage_max"):
-            ev.append(evidence(view, "kv_usage_max", t.KV_USAGE_CRITICAL))
-        if view.get("preemption_rate"):
-            ev.append(evidence(view, "preemption_rate", t.PREEMPTION_RATE))
-        if view.get("swapped_max") and (value(view, "swapped_max") or 0) > 0:
-            ev.append(evidence(view, "swapped_max", 0))
-        if (value(view, "waiting_slope") or 0) > t.QUEUE_GROWTH.value or (value(view, "waiting_max") or 0) > 0:
-            ev.append(evidence(view, "waiting_max", t.QUEUE_BACKLOG))
-    worst = max(hits, key=lambda v: value(v, "preemption_rate") or 0)
-    rate = value(worst, "preemption_rate") or 0.0
-    confidence += 0.2 if rate > 10 * t.PREEMPTION_RATE.value else 0.1
-    confidence += 0.15 if (value(worst, "waiting_max") or 0) > 0 else 0
-    peak = value(worst, "kv_usage_max")
-    if peak is None or peak < t.KV_USAGE_CRITICAL.value:
-        confidence -= 0.1
-        usage = (
-            f"sampled usage peaked at {peak:.0%} (the pool filled between samples)"
-            if peak is not None
-            else "no usage gauge"
+
+    def describe(worst: Hit, hits: list[Hit]) -> Parts:
+        ev: list[Evidence] = []
+        for hit in hits:
+            view = hit.view
+            if view.get("kv_usage_max"):
+                ev.append(evidence(view, "kv_usage_max", full_at))
+            if view.get("preemption_rate"):
+                ev.append(evidence(view, "preemption_rate", preempt_limit))
+            if (value(view, "swapped_max") or 0) > 0:
+                ev.append(evidence(view, "swapped_max", 0))
+            growing = (value(view, "waiting_slope") or 0) > ctx.limit(t.QUEUE_GROWTH)
+            if growing or (value(view, "waiting_max") or 0) > 0:
+                ev.append(evidence(view, "waiting_max", ctx.limit(t.QUEUE_BACKLOG)))
+        rate = worst.score
+        confidence = 0.6 + (0.2 if rate > 10 * preempt_limit else 0.1)
+        confidence += 0.15 if (value(worst.view, "waiting_max") or 0) > 0 else 0
+        peak = value(worst.view, "kv_usage_max")
+        if peak is None or peak < full_at:
+            confidence -= 0.1
+            usage = (
+                f"sampled usage peaked at {peak:.0%} (the pool filled between samples)"
+                if peak is not None
+                else "no usage gauge"
+            )
+        else:
+            usage = f"usage {peak:.0%}"
+        return Parts(
+            Severity.CRITICAL,
+            confidence,
+            f"KV cache full on {names(hits)}: {usage} with {rate:.2f} preemptions/s; requests are evicted and "
+            "recompute their prefill.",
+            ev,
+            _remediation(worst.view),
         )
-    else:
-        usage = f"usage {peak:.0%}"
-    names = ", ".join(describe(labels_of(v)) for v in hits)
-    return Finding(
-        id="kv_cache_exhaustion",
-        severity=Severity.CRITICAL,
-        confidence=confidence,
-        summary=f"KV cache full on {names}: {usage} with "
-        f"{rate:.2f} preemptions/s; requests are evicted and recompute their prefill.",
-        affected=[affected(labels_of(v)) for v in hits],
-        evidence=ev,
-        remediation=_remediation(worst),
-    )
+
+    return one_finding("kv_cache_exhaustion", ctx.engines.values(), judge, describe)
 
 
-def _remediation(view: dict) -> list[str]:
+def _remediation(view: View) -> list[str]:
     out = []
     capacity = _capacity(view)
     prompt = value(view, "prompt_p99")

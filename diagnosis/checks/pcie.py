@@ -3,18 +3,19 @@ or width below its maximum, replays). Seed 002: GPUs 95 % busy, tokens flat, PCI
 
 from __future__ import annotations
 
-from diagnosis.checks import Context, evidence, labels_of, value
-from diagnosis.findings import Evidence, Finding, Severity, affected, describe
+from diagnosis.checks import Context, Hit, Parts, View, evidence, labels_of, one_finding, value
+from diagnosis.findings import Evidence, Finding, Severity
 from kvscope import thresholds as t
-from kvscope.gpu_models import lookup, pcie_capacity
+from kvscope.gpu_models import pcie_capacity
 
 
 def check(ctx: Context) -> Finding | None:
-    hits = []
-    for view in ctx.gpus.values():
+    saturation = ctx.limit(t.PCIE_SATURATION)
+
+    def judge(view: View) -> Hit | None:
         gen, width = value(view, "pcie_gen"), value(view, "pcie_width")
         max_gen, max_width = value(view, "pcie_max_gen"), value(view, "pcie_max_width")
-        model = lookup(labels_of(view).get("modelName"))
+        model = ctx.models.lookup(labels_of(view).get("modelName"))
         capacity = (
             value(view, "pcie_capacity")
             or pcie_capacity(gen, width)
@@ -23,51 +24,54 @@ def check(ctx: Context) -> Finding | None:
         traffic = max(value(view, "pcie_tx_avg") or 0, value(view, "pcie_rx_avg") or 0)
         share = traffic / capacity if capacity else 0.0
         degraded = bool(gen and max_gen and gen < max_gen) or bool(width and max_width and width < max_width)
-        replays = (value(view, "pcie_replay_rate") or 0) > t.PCIE_REPLAY_RATE.value
-        if share >= t.PCIE_SATURATION.value or degraded or replays:
-            hits.append((view, share, degraded, replays, capacity))
-    if not hits:
+        replays = (value(view, "pcie_replay_rate") or 0) > ctx.limit(t.PCIE_REPLAY_RATE)
+        if share >= saturation or degraded or replays:
+            facts = {"share": share, "degraded": degraded, "replays": replays, "capacity": capacity}
+            return Hit(view, (2 if degraded else 0) + share, facts)
         return None
-    view, share, degraded, replays, capacity = max(hits, key=lambda h: (h[2], h[1]))
-    ev = []
-    if capacity:
-        busiest = (
-            "pcie_tx_avg" if (value(view, "pcie_tx_avg") or 0) >= (value(view, "pcie_rx_avg") or 0) else "pcie_rx_avg"
-        )
-        if view.get(busiest):
-            ev.append(evidence(view, busiest, round(t.PCIE_SATURATION.value * capacity)))
-    if degraded:
-        ev += [evidence(view, n) for n in ("pcie_gen", "pcie_max_gen", "pcie_width", "pcie_max_width") if view.get(n)]
-    if replays:
-        ev.append(evidence(view, "pcie_replay_rate", t.PCIE_REPLAY_RATE))
-    if not ev:
-        ev.append(Evidence(query="pcie", value=share, threshold=t.PCIE_SATURATION.value, labels=labels_of(view)))
-    if degraded:
-        state = (
-            f"link degraded to Gen{value(view, 'pcie_gen'):.0f} x{value(view, 'pcie_width'):.0f} "
-            f"(capable of Gen{value(view, 'pcie_max_gen'):.0f} x{value(view, 'pcie_max_width'):.0f})"
-        )
-    else:
-        state = f"PCIe at {share:.0%} of the link's capacity"
-    return Finding(
-        id="pcie_bottleneck",
-        severity=Severity.CRITICAL if degraded and replays else Severity.WARNING,
-        confidence=0.85 if degraded else 0.7,
-        summary=f"{describe(labels_of(view))}: {state}" + (" with replays" if replays else "") + ".",
-        affected=[affected(labels_of(v)) for v, *_ in hits],
-        evidence=ev,
-        remediation=(
-            [
-                "compare negotiated and capable link: lspci -vv -s <bus id> | grep -E 'LnkCap|LnkSta'; reseat or "
-                "replace the riser/card, check BIOS PCIe settings",
-                "drain the GPU until the link is back at full width",
+
+    def describe(worst: Hit, hits: list[Hit]) -> Parts:
+        view, f = worst.view, worst.facts
+        ev: list[Evidence] = []
+        if f["capacity"]:
+            tx, rx = value(view, "pcie_tx_avg") or 0, value(view, "pcie_rx_avg") or 0
+            busiest = "pcie_tx_avg" if tx >= rx else "pcie_rx_avg"
+            if view.get(busiest):
+                ev.append(evidence(view, busiest, round(saturation * f["capacity"])))
+        if f["degraded"]:
+            ev += [
+                evidence(view, n) for n in ("pcie_gen", "pcie_max_gen", "pcie_width", "pcie_max_width") if view.get(n)
             ]
-            if degraded
-            else [
-                "find what moves data over PCIe: KV offload or swapping to CPU memory, host-side pre/post-processing, "
-                "tensor parallelism across non-NVLink GPUs (nvidia-smi topo -m)",
-                "keep KV on the GPU: --kv-cache-dtype fp8, a larger pool, or fewer concurrent long requests",
-                "keep tensor-parallel groups on NVLink-connected GPUs of one NUMA node (seed 004 section 4.2)",
-            ]
-        ),
-    )
+        if f["replays"]:
+            ev.append(evidence(view, "pcie_replay_rate", ctx.limit(t.PCIE_REPLAY_RATE)))
+        if not ev:
+            ev.append(Evidence(query="pcie", value=f["share"], threshold=saturation, labels=worst.labels))
+        if f["degraded"]:
+            state = (
+                f"link degraded to Gen{value(view, 'pcie_gen'):.0f} x{value(view, 'pcie_width'):.0f} "
+                f"(capable of Gen{value(view, 'pcie_max_gen'):.0f} x{value(view, 'pcie_max_width'):.0f})"
+            )
+        else:
+            state = f"PCIe at {f['share']:.0%} of the link's capacity"
+        return Parts(
+            Severity.CRITICAL if f["degraded"] and f["replays"] else Severity.WARNING,
+            0.85 if f["degraded"] else 0.7,
+            f"{worst.name}: {state}" + (" with replays" if f["replays"] else "") + ".",
+            ev,
+            (
+                [
+                    "compare negotiated and capable link: lspci -vv -s <bus id> | grep -E 'LnkCap|LnkSta'; reseat "
+                    "or replace the riser/card, check BIOS PCIe settings",
+                    "drain the GPU until the link is back at full width",
+                ]
+                if f["degraded"]
+                else [
+                    "find what moves data over PCIe: KV offload or swapping to CPU memory, host-side pre/post-"
+                    "processing, tensor parallelism across non-NVLink GPUs (nvidia-smi topo -m)",
+                    "keep KV on the GPU: --kv-cache-dtype fp8, a larger pool, or fewer concurrent long requests",
+                    "keep tensor-parallel groups on NVLink-connected GPUs of one NUMA node (seed 004 section 4.2)",
+                ]
+            ),
+        )
+
+    return one_finding("pcie_bottleneck", ctx.gpus.values(), judge, describe)

@@ -1,14 +1,20 @@
 """The scrape source: live /metrics pages (vLLM, kvscope serve, kvscope export, dcgm-exporter),
-fetched at the start and the end of `interval`, so counters give rates and histograms give
-quantiles over the interval, and every `step` seconds in between, so gauges (KV usage, waiting
-requests) are sampled the way a Prometheus scrape would: KV usage swings within a second on a
-busy engine, and two samples alone can miss a full pool. Every sample gets
-`instance=<host:port>` as Prometheus would add.
+snapshotted at the start and the end of `interval` and every `step` seconds in between, the
+way a Prometheus scrape would: KV usage swings within a second on a busy engine, and two
+samples alone can miss a full pool. Every sample gets `instance=<host:port>`.
+
+Each measure is evaluated over the snapshots exactly as its PromQL (sources/prometheus.py) is
+over the same samples in Prometheus: per series first (the `_over_time` functions, `rate`,
+`increase` with counter resets, `deriv` as a least-squares slope, `changes`), then aggregated
+by the entity's labels (`max by`, `sum by`, ...), then the alternatives (legacy names) joined
+as `or` joins them. tests/integration/test_scrape_equals_prometheus.py proves it on real pages.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -20,26 +26,37 @@ import httpx
 from diagnosis.measures import ENTITY_LABELS, Kind, Measure, Measurements, Value, entity_key
 from diagnosis.sources import SourceError
 from kvscope import promtext
+from kvscope.catalog import Signal
+from kvscope.promql import Matcher, Selector
 
 Snapshot = list[promtext.Sample]
+Timed = tuple[float, Snapshot]  # (seconds, the samples of every page at that time)
+SeriesKey = tuple[tuple[str, str], ...]
+Group = tuple[SeriesKey, tuple[str, ...]]  # (entity labels, values of the measure's `by` labels)
 
 
 def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
     """Prometheus' histogram_quantile over (upper bound, cumulative count) pairs."""
     buckets = sorted(buckets)
-    if not buckets or buckets[-1][1] <= 0:
+    if len(buckets) < 2 or not math.isinf(buckets[-1][0]) or buckets[-1][1] <= 0:
         return math.nan
-    rank = q * buckets[-1][1]
-    lower, below = 0.0, 0.0
-    for upper, count in buckets:
-        if count >= rank:
-            if math.isinf(upper):
-                return lower
-            if count == below:
-                return upper
-            return lower + (upper - lower) * (rank - below) / (count - below)
-        lower, below = upper, count
-    return buckets[-1][0]
+    # Prometheus makes the counts monotonic before interpolating
+    counts, highest = [], 0.0
+    for _, count in buckets:
+        highest = max(highest, count)
+        counts.append(highest)
+    rank = q * counts[-1]
+    b = next((i for i in range(len(buckets) - 1) if counts[i] >= rank), len(buckets) - 1)
+    if b == len(buckets) - 1:
+        return buckets[-2][0]
+    if b == 0 and buckets[0][0] <= 0:
+        return buckets[0][0]
+    start, end, count = 0.0, buckets[b][0], counts[b]
+    if b > 0:
+        start = buckets[b - 1][0]
+        count -= counts[b - 1]
+        rank -= counts[b - 1]
+    return start + (end - start) * (rank / count)
 
 
 @dataclass
@@ -73,169 +90,185 @@ class ScrapeSource:
 
     def fetch(self, measures: Sequence[Measure]) -> Measurements:
         with httpx.Client() as client:
-            first = self.snapshot(client)
             started = self.clock()
-            between: list[Snapshot] = []
+            snapshots: list[Timed] = [(0.0, self.snapshot(client))]
             while self.step > 0 and self.interval - (self.clock() - started) > self.step:
                 self.sleep(self.step)
-                between.append(self.snapshot(client))
+                snapshots.append((self.clock() - started, self.snapshot(client)))
             self.sleep(max(self.interval - (self.clock() - started), 0.0))
-            second = self.snapshot(client)
-            elapsed = max(self.clock() - started, 1e-3)
-        return compute(measures, first, second, elapsed, f"scrape {self.name} over {elapsed:.0f}s", between=between)
+            snapshots.append((max(self.clock() - started, 1e-3), self.snapshot(client)))
+        elapsed = snapshots[-1][0]
+        return compute(measures, snapshots, f"scrape {self.name} over {elapsed:.0f}s")
 
 
-def _grouped(samples: Snapshot, name: str, measure: Measure, matcher: str = "") -> dict[tuple, list[promtext.Sample]]:
-    wanted = _matchers(matcher)
-    out: dict[tuple, list[promtext.Sample]] = defaultdict(list)
-    for s in samples:
-        if s.name == name and all(_match(s.labels.get(k, ""), op, v) for k, op, v in wanted):
-            key = (
-                entity_key(dict(s.labels), measure.entity),
-                tuple(s.labels.get(b, "") for b in measure.by),
-            )
-            out[key].append(s)
-    return out
-
-
-def _matchers(text: str) -> list[tuple[str, str, str]]:
-    out = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        for op in ("=~", "!=", "="):
-            if op in part:
-                k, v = part.split(op, 1)
-                out.append((k.strip(), op, v.strip().strip('"')))
-                break
-    return out
-
-
-def _match(value: str, op: str, pattern: str) -> bool:
-    import re
-
-    if op == "=":
-        return value == pattern
-    if op == "!=":
-        return value != pattern
-    return re.fullmatch(pattern, value) is not None
-
-
-def _labels(key: tuple, measure: Measure) -> dict[str, str]:
-    entity, by = key
-    return {**dict(entity), **{b: v for b, v in zip(measure.by, by, strict=True) if v}}
-
-
-def compute(
-    measures: Sequence[Measure],
-    first: Snapshot,
-    second: Snapshot,
-    dt: float,
-    how: str,
-    between: Sequence[Snapshot] = (),
-) -> Measurements:
-    """Every measure from two snapshots `dt` seconds apart; gauges also from those `between`."""
+def compute(measures: Sequence[Measure], snapshots: Sequence[Timed], how: str) -> Measurements:
+    """Every measure over time-stamped snapshots (the first and last bound the window)."""
     out = Measurements()
     for measure in measures:
-        values: list[Value] = []
-        for index, name in enumerate(measure.names):
-            values = _one(measure, name, index, first, second, dt, how, between)
-            if values:
-                break
+        values = _measure(measure, snapshots, how)
         if values:
             out.values[measure.name] = values
     return out
 
 
-def _one(
-    m: Measure,
-    name: str,
-    index: int,
-    first: Snapshot,
-    second: Snapshot,
-    dt: float,
-    how: str,
-    between: Sequence[Snapshot] = (),
-) -> list[Value]:
-    query = f"{how}: {name}"
-    now, before = _grouped(second, name, m, m.matchers), _grouped(first, name, m, m.matchers)
-    values: list[Value] = []
-    if m.kind in (Kind.GAUGE_MAX, Kind.GAUGE_AVG, Kind.GAUGE_MIN, Kind.GAUGE_LAST):
-        middle = [_grouped(snap, name, m, m.matchers) for snap in between]
-        for key, samples in now.items():
-            seen = [sum(s.value for s in group[key]) for group in (before, *middle) if key in group]
-            seen.append(sum(s.value for s in samples))
-            v = {
-                Kind.GAUGE_MAX: max(seen),
-                Kind.GAUGE_MIN: min(seen),
-                Kind.GAUGE_LAST: seen[-1],
-                Kind.GAUGE_AVG: sum(seen) / len(seen),
-            }[m.kind]
-            values.append(Value(v, _labels(key, m), query))
-    elif m.kind is Kind.DERIV:
-        for key, samples in now.items():
-            if key in before:
-                values.append(
-                    Value(
-                        (sum(s.value for s in samples) - sum(s.value for s in before[key])) / dt,
-                        _labels(key, m),
-                        query,
-                    )
-                )
-    elif m.kind in (Kind.RATE, Kind.RATE_RECENT, Kind.INCREASE):
-        for key, samples in now.items():
-            delta = sum(s.value for s in samples) - sum(s.value for s in before.get(key, []))
-            delta = max(delta, 0.0)
-            values.append(Value(delta if m.kind is Kind.INCREASE else delta / dt, _labels(key, m), query))
-    elif m.kind in (Kind.RATIO, Kind.RATIO_RECENT):
-        dens = [n for s in m.denominator for n in s.names]
-        den = dens[index] if index < len(dens) else dens[0]
-        den_now = _grouped(second, den, m, m.denominator_matchers)
-        den_before = _grouped(first, den, m, m.denominator_matchers)
-        for key in now.keys() | den_now.keys():
-            numerator = sum(s.value for s in now.get(key, [])) - sum(s.value for s in before.get(key, []))
-            denominator = sum(s.value for s in den_now.get(key, [])) - sum(s.value for s in den_before.get(key, []))
-            if denominator > 0:
-                values.append(Value(max(numerator, 0.0) / denominator, _labels(key, m), query))
-    elif m.kind in (Kind.QUANTILE, Kind.MEAN):
-        values = _histogram(m, name, first, second, query)
-    elif m.kind is Kind.CHANGED:
-        for key, samples in now.items():
-            changed = key not in before or {s.value for s in samples} != {s.value for s in before[key]}
-            values.append(Value(1.0 if changed else 0.0, _labels(key, m), query))
-    # RATIO_BEFORE needs history a scrape does not have: left out
-    return values
+# --- series over time ----------------------------------------------------------------------
 
 
-def _histogram(m: Measure, name: str, first: Snapshot, second: Snapshot, query: str) -> list[Value]:
-    values = []
-    if m.kind is Kind.MEAN:
-        sums_now, sums_before = (
-            _grouped(second, name + "_sum", m),
-            _grouped(first, name + "_sum", m),
-        )
-        counts_now, counts_before = (
-            _grouped(second, name + "_count", m),
-            _grouped(first, name + "_count", m),
-        )
-        for key, counts in counts_now.items():
-            count = sum(s.value for s in counts) - sum(s.value for s in counts_before.get(key, []))
-            total = sum(s.value for s in sums_now.get(key, [])) - sum(s.value for s in sums_before.get(key, []))
-            if count > 0:
-                values.append(Value(total / count, _labels(key, m), query))
-        return values
-    buckets_now, buckets_before = (
-        _grouped(second, name + "_bucket", m),
-        _grouped(first, name + "_bucket", m),
-    )
-    for key, samples in buckets_now.items():
-        by_le: dict[float, float] = defaultdict(float)
+def _matches(labels: dict[str, str], matchers: Sequence[Matcher]) -> bool:
+    for m in matchers:
+        value = labels.get(m.name, "")
+        hit = value == m.value if m.op in ("=", "!=") else re.fullmatch(m.value, value) is not None
+        if hit == (m.op in ("!=", "!~")):
+            return False
+    return True
+
+
+def _series(
+    snapshots: Sequence[Timed], name: str, matchers: Sequence[Matcher]
+) -> dict[SeriesKey, list[tuple[float, float]]]:
+    """name's samples per series (labels without the name), in time order."""
+    out: dict[SeriesKey, list[tuple[float, float]]] = defaultdict(list)
+    for at, samples in snapshots:
         for s in samples:
-            by_le[float(s.labels["le"])] += s.value
-        for s in buckets_before.get(key, []):
-            by_le[float(s.labels["le"])] -= s.value
-        q = histogram_quantile(m.quantile or 0.5, list(by_le.items()))
-        if not math.isnan(q):
-            values.append(Value(q, _labels(key, m), query))
-    return values
+            if s.name == name and _matches(dict(s.labels), matchers):
+                out[tuple(sorted(s.labels.items()))].append((at, s.value))
+    return out
+
+
+def _increase(points: list[tuple[float, float]]) -> float:
+    """Counter growth over the points, a reset (a drop) counting as a restart from zero."""
+    total = 0.0
+    for (_, a), (_, b) in itertools.pairwise(points):
+        total += b - a if b >= a else b
+    return total
+
+
+def _slope(points: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope per second, as Prometheus' deriv()."""
+    if len(points) < 2:
+        return None
+    n = len(points)
+    mean_t = sum(t for t, _ in points) / n
+    mean_v = sum(v for _, v in points) / n
+    var = sum((t - mean_t) ** 2 for t, _ in points)
+    if var == 0:
+        return None
+    return sum((t - mean_t) * (v - mean_v) for t, v in points) / var
+
+
+def _changes(points: list[tuple[float, float]]) -> float:
+    return float(sum(1 for (_, a), (_, b) in itertools.pairwise(points) if a != b))
+
+
+def _group(measure: Measure, key: SeriesKey) -> Group:
+    labels = dict(key)
+    return entity_key(labels, measure.entity), tuple(labels.get(b, "") for b in measure.by)
+
+
+def _labels(measure: Measure, group: Group) -> dict[str, str]:
+    entity, by = group
+    return {**dict(entity), **{b: v for b, v in zip(measure.by, by, strict=True) if v}}
+
+
+def _per_series(
+    measure: Measure, name: str, snapshots: Sequence[Timed], matchers: Sequence[Matcher]
+) -> dict[Group, list[float]]:
+    """One number per series (the range function of the measure's kind), grouped by entity."""
+    span = snapshots[-1][0] - snapshots[0][0]
+    out: dict[Group, list[float]] = defaultdict(list)
+    for key, points in _series(snapshots, name, matchers).items():
+        kind, values = measure.kind, [v for _, v in points]
+        number: float | None
+        if kind is Kind.GAUGE_MAX:
+            number = max(values)
+        elif kind is Kind.GAUGE_MIN:
+            number = min(values)
+        elif kind is Kind.GAUGE_AVG:
+            number = sum(values) / len(values)
+        elif kind is Kind.GAUGE_LAST:
+            number = values[-1]
+        elif kind is Kind.DERIV:
+            number = _slope(points)
+        elif kind in (Kind.RATE, Kind.RATE_RECENT):
+            number = _increase(points) / span if len(points) >= 2 and span > 0 else None
+        elif kind in (Kind.INCREASE, Kind.RATIO, Kind.RATIO_RECENT):
+            # a counter born inside the window counts from zero (the PromQL `unless offset` branch)
+            number = _increase(points) if points[0][0] == snapshots[0][0] else values[-1]
+        elif kind is Kind.CHANGED:
+            number = 1.0 if points[0][0] > snapshots[0][0] else min(1.0, _changes(points))
+        else:
+            raise ValueError(kind)
+        if number is not None and math.isfinite(number):
+            out[_group(measure, key)].append(number)
+    return out
+
+
+_AGGREGATE: dict[Kind, Callable[[list[float]], float]] = {
+    Kind.GAUGE_MAX: max,
+    Kind.GAUGE_MIN: min,
+    Kind.GAUGE_AVG: lambda v: sum(v) / len(v),
+    Kind.GAUGE_LAST: max,
+    Kind.DERIV: sum,
+    Kind.RATE: sum,
+    Kind.RATE_RECENT: sum,
+    Kind.INCREASE: sum,
+    Kind.CHANGED: max,
+}
+
+
+def _names(signals: Sequence[Signal]) -> list[str]:
+    return [n for s in signals for n in s.names]
+
+
+def _alternative(
+    measure: Measure, index: int, snapshots: Sequence[Timed], matchers: Sequence[Matcher]
+) -> dict[Group, float]:
+    """The measure's value per entity under its `index`-th metric name."""
+    names = _names(measure.signals)
+    name = names[index]
+    kind = measure.kind
+    if kind in _AGGREGATE:
+        return {g: _AGGREGATE[kind](v) for g, v in _per_series(measure, name, snapshots, matchers).items()}
+    if kind in (Kind.RATIO, Kind.RATIO_RECENT):
+        dens = _names(measure.denominator)
+        den_matchers = Selector.parse(measure.denominator_matchers).matchers
+        numerator = _per_series(measure, name, snapshots, matchers)
+        denominator = _per_series(measure, dens[min(index, len(dens) - 1)], snapshots, den_matchers)
+        return {g: sum(numerator.get(g, [0.0])) / sum(d) for g, d in denominator.items() if sum(d) > 0}
+    if kind is Kind.MEAN:
+        sums = _per_series(_as(measure, Kind.INCREASE), name + "_sum", snapshots, matchers)
+        counts = _per_series(_as(measure, Kind.INCREASE), name + "_count", snapshots, matchers)
+        return {g: sum(sums.get(g, [0.0])) / sum(c) for g, c in counts.items() if sum(c) > 0}
+    if kind is Kind.QUANTILE:
+        # sum by (le, entity) of each bucket's growth, then Prometheus' interpolation
+        by_le: dict[Group, dict[float, float]] = defaultdict(lambda: defaultdict(float))
+        rated = _as(measure, Kind.INCREASE, by=(*measure.by, "le"))
+        for (entity, by), values in _per_series(rated, name + "_bucket", snapshots, matchers).items():
+            by_le[(entity, by[:-1])][float(by[-1])] += sum(values)
+        out = {}
+        for group, buckets in by_le.items():
+            q = histogram_quantile(measure.quantile or 0.5, list(buckets.items()))
+            if not math.isnan(q):
+                out[group] = q
+        return out
+    return {}  # RATIO_BEFORE needs history a scrape does not have
+
+
+def _as(measure: Measure, kind: Kind, by: tuple[str, ...] | None = None) -> Measure:
+    from dataclasses import replace
+
+    return replace(measure, kind=kind, by=measure.by if by is None else by)
+
+
+def _measure(measure: Measure, snapshots: Sequence[Timed], how: str) -> list[Value]:
+    if len(snapshots) < 2:
+        return []
+    matchers = Selector.parse(measure.matchers).matchers
+    found: dict[Group, tuple[float, str]] = {}
+    for index, name in enumerate(_names(measure.signals)):
+        for group, number in _alternative(measure, index, snapshots, matchers).items():
+            found.setdefault(group, (number, f"{how}: {name}"))  # `A or B`: A wins where both exist
+    return [Value(number, _labels(measure, group), query) for group, (number, query) in found.items()]
 
 
 __all__ = ["ENTITY_LABELS", "ScrapeSource", "compute", "histogram_quantile"]

@@ -16,7 +16,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from exporter.collectors.gpu import GpuCollector
 from exporter.gpu_series import READING_SERIES
 from exporter.nvml_api import GpuIdentity, GpuReading
 
@@ -114,10 +113,6 @@ class DcgmSource:
 
     def pairs(self) -> list[tuple[int, int, int | None, bool]]:
         return []  # DCGM's topology API is not mapped yet; the NVML backend provides it
-
-
-def dcgm_collector(**kwargs: Any) -> GpuCollector:
-    return GpuCollector(DcgmSource(**kwargs))
 
 
 def _text(value: Any) -> str:

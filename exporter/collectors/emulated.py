@@ -23,7 +23,7 @@ from exporter.collectors.xid import XidCounts
 from exporter.faults import Fault
 from exporter.nvml_api import GpuIdentity, GpuReading
 from kvscope import catalog, promtext
-from kvscope.gpu_models import MODELS, pcie_capacity
+from kvscope.gpu_models import DEFAULT_MODELS, GpuModels, pcie_capacity
 
 _MIB = 1 << 20
 _IDLE, _SW_POWER_CAP, _SW_THERMAL, _HW_THERMAL = 0x1, 0x4, 0x20, 0x40
@@ -63,10 +63,11 @@ class EmulatedSource:
         engine_samples: Callable[[], Mapping[str, list[promtext.Sample]]] | None = None,
         xid_counts: XidCounts | None = None,
         clock: Callable[[], float] = time.monotonic,
+        models: GpuModels = DEFAULT_MODELS,
     ) -> None:
-        if model not in MODELS:
-            raise ValueError(f"unknown emulated GPU model {model!r}: choose one of {', '.join(MODELS)}")
-        self.model = MODELS[model]
+        if model not in models.table:
+            raise ValueError(f"unknown emulated GPU model {model!r}: choose one of {', '.join(models.table)}")
+        self.model = models[model]
         self.extra_labels = {"emulated": "true"}
         self.engine_samples = engine_samples or dict
         self.xid_counts = xid_counts or XidCounts()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 
-from exporter.collectors.gpu import GpuCollector
 from exporter.collectors.xid import XidCounts
 from exporter.nvml_api import GpuIdentity, GpuReading, Nvml
 
@@ -40,7 +39,3 @@ class NvmlSource:
                 for a, b in itertools.combinations(range(self.nvml.count), 2)
             ]
         return self._pairs
-
-
-def nvml_collector(nvml: Nvml, xid_counts: XidCounts | None = None) -> GpuCollector:
-    return GpuCollector(NvmlSource(nvml, xid_counts))

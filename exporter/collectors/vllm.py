@@ -22,6 +22,15 @@ def metrics_url(target: str) -> str:
     return url if url.rstrip("/").endswith("/metrics") else url.rstrip("/") + "/metrics"
 
 
+def _ratio(text: str | None) -> float | None:
+    """A label's number if it is a share in (0, 1]; None (no sample) for anything else."""
+    try:
+        value = float(text or "")
+    except ValueError:
+        return None
+    return value if 0 < value <= 1 else None
+
+
 class VllmCollector:
     name = "vllm"
 
@@ -40,6 +49,7 @@ class VllmCollector:
         )
         up, seconds = Series(catalog.TARGET_UP), Series(catalog.TARGET_SCRAPE_SECONDS)
         errors = Series(catalog.EXPORTER_PARSE_ERRORS)
+        budgets = Series(catalog.ENGINE_MEMORY_BUDGET)
         latest: dict[str, list[promtext.Sample]] = {}
         for result in results:
             up.add((result.target,), 1.0 if result.up else 0.0)
@@ -53,11 +63,16 @@ class VllmCollector:
                 ]
                 for family in result.families:
                     yield relabel(family, {"target": result.target})
+                for sample in promtext.select(latest[result.target], catalog.VLLM_CACHE_CONFIG_INFO.name):
+                    budgets.add(
+                        (result.target, sample.labels.get("model_name", ""), sample.labels.get("engine", "")),
+                        _ratio(sample.labels.get("gpu_memory_utilization")),
+                    )
         with self._lock:
             for target, count in self.parse_errors.items():
                 errors.add((target,), count)
         self.latest = latest
-        yield from (up.metric, seconds.metric, errors.metric)
+        yield from (up.metric, seconds.metric, errors.metric, budgets.metric)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)

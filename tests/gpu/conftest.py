@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvscope.hardware import detect
+from serving.hardware import detect
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

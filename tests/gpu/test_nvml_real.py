@@ -22,7 +22,7 @@ from exporter.collectors.xid import XidCollector, XidCounts, XidWatcher
 from exporter.exposition import render
 from exporter.nvml_api import Nvml
 from kvscope import catalog, promtext
-from kvscope.hardware import detect
+from serving.hardware import detect
 
 
 @pytest.fixture(scope="module")

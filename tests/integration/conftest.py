@@ -13,7 +13,7 @@ import pytest
 import yaml
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from kvscope.launcher import ServerProcess, free_port, kvscope_server, running
+from drill.launcher import ServerProcess, free_port, kvscope_server, running
 
 GATEWAY_CONFIG = {
     "tiers": {

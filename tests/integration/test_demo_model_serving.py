@@ -11,8 +11,8 @@ import pytest
 from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
+from drill import quickstart
 from kvscope import catalog
-from serving import quickstart
 from serving.demo_model import SERVED_NAME, synthetic_text
 
 pytestmark = pytest.mark.integration

@@ -12,8 +12,8 @@ import time
 import httpx
 import pytest
 
+from drill.launcher import kvscope_server, running
 from kvscope import catalog, promtext
-from kvscope.launcher import kvscope_server, running
 from serving.demo_model import SERVED_NAME
 
 pytestmark = pytest.mark.integration

@@ -18,8 +18,9 @@ from diagnosis.measures import MEASURES
 from diagnosis.run import Request, run
 from diagnosis.sources.scrape import ScrapeSource
 from diagnosis.verdict import diagnose
-from kvscope import exitcodes, prometheus
-from kvscope.launcher import running
+from drill import prometheus_server as prometheus
+from drill.launcher import running
+from kvscope import exitcodes
 from tests.fakes.pages import PageServer
 from tests.scenarios.fleet import Simulation, openmetrics, page
 from tests.scenarios.library import DIAGNOSE_AT, WINDOW, Scenario, scenarios
@@ -238,7 +239,7 @@ def test_live_pages_through_the_scrape_source(name, minute):
 
 
 def test_the_alertmanager_webhook_diagnoses_each_firing_alert(library, tmp_path):
-    from kvscope.launcher import free_port, start_process
+    from drill.launcher import free_port, start_process
 
     url, start = library
     from tests.fakes.pages import Recorder

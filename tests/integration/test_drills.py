@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kvscope.drill.scenarios import SCENARIOS
+from drill.scenarios import SCENARIOS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

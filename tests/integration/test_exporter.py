@@ -11,8 +11,10 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from kvscope import catalog, prometheus
-from kvscope.launcher import ServerProcess, free_port, kvscope_server, running, start_process
+from drill import prometheus_server
+from drill.launcher import ServerProcess, free_port, kvscope_server, running, start_process
+from kvscope import catalog
+from kvscope.prometheus import PrometheusClient
 from serving.demo_model import SERVED_NAME
 
 pytestmark = pytest.mark.integration
@@ -56,11 +58,11 @@ def exporter(target, tmp_path_factory) -> Iterator[ServerProcess]:
 
 
 @pytest.fixture(scope="module")
-def prom(exporter, tmp_path_factory) -> Iterator[prometheus.PrometheusApi]:
+def prom(exporter, tmp_path_factory) -> Iterator[PrometheusClient]:
     host = exporter.base_url.removeprefix("http://")
-    server = prometheus.start(tmp_path_factory.mktemp("prometheus"), {"kvscope": [host]}, interval="1s")
-    with running(server, ready_path="/-/ready", timeout=60) as ready:
-        yield prometheus.PrometheusApi(ready.base_url)
+    server = prometheus_server.start(tmp_path_factory.mktemp("prometheus"), {"kvscope": [host]}, interval="1s")
+    with running(server, ready_path="/-/ready", timeout=60) as ready, PrometheusClient(ready.base_url) as client:
+        yield client
 
 
 def eventually(check: Callable[[], object], timeout: float = 30.0) -> object:

@@ -16,15 +16,16 @@ from openai import OpenAI
 
 from alerts import build as alert_build
 from dashboards import build as dash_build
-from kvscope import prometheus
-from kvscope.launcher import ServerProcess, free_port, running, start_process
+from drill import prometheus_server
+from drill.launcher import ServerProcess, free_port, running, start_process
+from kvscope.prometheus import PrometheusClient
 from serving.demo_model import SERVED_NAME
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def stack(kvscope, tmp_path_factory) -> Iterator[tuple[ServerProcess, prometheus.PrometheusApi]]:
+def stack(kvscope, tmp_path_factory) -> Iterator[tuple[ServerProcess, PrometheusClient]]:
     work = tmp_path_factory.mktemp("stack")
     port = free_port()
     exporter = start_process(
@@ -50,11 +51,11 @@ def stack(kvscope, tmp_path_factory) -> Iterator[tuple[ServerProcess, prometheus
     )
     rules = alert_build.ALERTS_DIR / alert_build.RULES_FILE
     with running(exporter, ready_path="/-/healthy", timeout=60):
-        prom = prometheus.start(
+        prom = prometheus_server.start(
             work / "prometheus", {"kvscope": [f"127.0.0.1:{port}"]}, interval="1s", rule_files=[rules]
         )
         with running(prom, ready_path="/-/ready", timeout=60):
-            api = prometheus.PrometheusApi(prom.base_url)
+            api = PrometheusClient(prom.base_url)
             api.wait_for_scrapes("kvscope")
             yield exporter, api
 

@@ -12,8 +12,8 @@ import httpx
 import psutil
 import pytest
 
+from drill.launcher import kvscope_server, running
 from kvscope import exitcodes
-from kvscope.launcher import kvscope_server, running
 from serving.demo_model import SERVED_NAME
 
 pytestmark = pytest.mark.integration

@@ -6,6 +6,7 @@ import pytest
 
 from kvscope import catalog
 from kvscope.catalog import Kind, Source
+from kvscope.promql import metric
 
 SIGNALS = catalog.all_signals()
 OWN = [s for s in SIGNALS if s.source is Source.KVSCOPE]
@@ -47,12 +48,21 @@ def test_vllm_counters_are_named_as_queried():
             assert signal.name.endswith("_total"), signal.name
 
 
-def test_renamed_vllm_series_resolve_to_the_current_name():
-    assert catalog.by_name("vllm:gpu_cache_usage_perc") is catalog.VLLM_KV_CACHE_USAGE
-    assert catalog.by_name("vllm:time_per_output_token_seconds") is catalog.VLLM_ITL
-    assert catalog.by_name("vllm:gpu_prefix_cache_hits_total") is catalog.VLLM_PREFIX_CACHE_HITS
-    with pytest.raises(KeyError):
-        catalog.by_name("vllm:no_such_metric")
+def test_renamed_vllm_series_are_queried_under_both_names_current_first():
+    for signal, old in (
+        (catalog.VLLM_KV_CACHE_USAGE, "vllm:gpu_cache_usage_perc"),
+        (catalog.VLLM_ITL, "vllm:time_per_output_token_seconds"),
+        (catalog.VLLM_PREFIX_CACHE_HITS, "vllm:gpu_prefix_cache_hits_total"),
+    ):
+        query = str(metric(signal).max())
+        assert query.index(signal.name) < query.index(old) and " or " in query
+
+
+def test_the_vllm_bucket_bounds_are_the_pinned_vllms():
+    buckets = pytest.importorskip("vllm.v1.metrics.buckets")
+    assert catalog.VLLM_TTFT.buckets == buckets.TIME_TO_FIRST_TOKEN_BUCKETS
+    assert catalog.VLLM_ITL.buckets == buckets.INTER_TOKEN_LATENCY_BUCKETS
+    assert catalog.VLLM_QUEUE_TIME.buckets == buckets.REQUEST_LATENCY_BUCKETS
 
 
 def test_removed_v0_series_are_kept_for_reading_old_deployments():

@@ -9,7 +9,7 @@ import pytest
 from kvscope import exitcodes
 from kvscope.cli import main
 
-SUBCOMMANDS = ("serve", "export", "diagnose", "plan", "dashboards", "alerts", "drill")
+SUBCOMMANDS = ("serve", "export", "diagnose", "plan", "dashboards", "alerts", "drill", "config", "demo-model")
 
 
 def test_console_script_help_lists_every_subcommand():
@@ -40,3 +40,32 @@ def test_demo_model_prints_the_generated_folder(tmp_path, capsys):
     folder = Path(capsys.readouterr().out.strip())
     assert folder.parent == tmp_path / "models"
     assert (folder / "config.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("argv", "files"),
+    [
+        (["alerts", "build"], {"kvscope-rules.yaml", "kvscope-rules.test.yaml", "prometheus-rule.yaml", "runbooks.md"}),
+        (["dashboards", "build"], {"llm-serving-overview.json", "gpu-fleet.json", "triage.json", "tenants-qos.json"}),
+    ],
+)
+def test_generators_write_into_the_current_folder_outside_a_checkout(tmp_path, monkeypatch, capsys, argv, files):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == exitcodes.OK
+    assert {p.name for p in tmp_path.iterdir()} == files
+    assert all(str(tmp_path) in line for line in capsys.readouterr().out.splitlines())
+
+
+def test_generators_write_where_they_are_told(tmp_path, capsys):
+    out = tmp_path / "rules"
+    assert main(["alerts", "build", "--out", str(out)]) == exitcodes.OK
+    assert (out / "kvscope-rules.yaml").is_file() and (out / "runbooks.md").is_file()
+    assert "site-packages" not in capsys.readouterr().out
+
+
+def test_a_generator_that_cannot_write_says_so_in_one_line(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["dashboards", "build", "--out", str(blocker / "sub")]) == exitcodes.USAGE
+    err = capsys.readouterr().err.strip()
+    assert "cannot write" in err and len(err.splitlines()) == 1

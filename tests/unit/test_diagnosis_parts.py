@@ -1,4 +1,4 @@
-"""Diagnosis plumbing: times and durations, quantiles, PromQL, planner, webhook scoping, reports."""
+"""Diagnosis plumbing: quantiles, PromQL, webhook scoping, reports, the scrape source."""
 
 import json
 import math
@@ -7,33 +7,13 @@ import pytest
 
 from diagnosis import report
 from diagnosis.measures import BY_NAME, Measurements, Value
-from diagnosis.planner import PlanError, load_shape, plan
 from diagnosis.run import Request
-from diagnosis.sources import format_duration, parse_duration, parse_time
 from diagnosis.sources.prometheus import promql
 from diagnosis.sources.scrape import ScrapeSource, histogram_quantile
 from diagnosis.verdict import diagnose
 from diagnosis.webhook import scoped
 from kvscope import catalog, promtext
-
-
-@pytest.mark.parametrize(("text", "seconds"), [("15m", 900), ("1h30m", 5400), ("90s", 90), ("2d", 172800)])
-def test_durations(text, seconds):
-    assert parse_duration(text) == seconds
-
-
-@pytest.mark.parametrize("text", ["", "15", "5x", "m15", "-5m", "0s"])
-def test_bad_durations(text):
-    with pytest.raises(ValueError):
-        parse_duration(text)
-
-
-def test_times_are_rfc3339_or_unix_seconds():
-    assert parse_time("2026-11-30T02:00:00Z") == parse_time("1796004000") == 1796004000.0
-    assert parse_time("2026-11-30T03:00:00+01:00") == 1796004000.0
-    with pytest.raises(ValueError, match="RFC 3339"):
-        parse_time("yesterday")
-    assert format_duration(5400) == "90m" and format_duration(3600) == "1h" and format_duration(45) == "45s"
+from kvscope.promql import Selector
 
 
 def test_histogram_quantile_interpolates_like_prometheus():
@@ -46,50 +26,23 @@ def test_histogram_quantile_interpolates_like_prometheus():
 
 
 def test_promql_falls_back_to_legacy_names_and_quantiles_are_per_instance():
-    kv = promql(BY_NAME["kv_usage_max"], 900, '{namespace="prod"}')
+    kv = promql(BY_NAME["kv_usage_max"], 900, Selector.parse('{namespace="prod"}'))
     assert 'max_over_time(vllm:kv_cache_usage_perc{namespace="prod"}[15m])' in kv
     assert " or " in kv and "vllm:gpu_cache_usage_perc" in kv
     ttft = promql(BY_NAME["ttft_p99"], 900)
-    assert ttft.startswith("(histogram_quantile(0.99, sum by (le, namespace, pod, instance, target, model_name)")
+    assert ttft.startswith("histogram_quantile(0.99, sum by (le, namespace, pod, instance, target, model_name)")
     ratio = promql(BY_NAME["prefix_hit_before"], 1800)
     assert "[25m] offset 5m" in ratio
 
 
-def test_the_seeds_formula_overstates_llama_70b_kv_eightfold(tmp_path):
-    config = tmp_path / "config.json"
-    config.write_text(
-        json.dumps(
-            {
-                "num_hidden_layers": 80,
-                "num_attention_heads": 64,
-                "num_key_value_heads": 8,
-                "hidden_size": 8192,
-                "intermediate_size": 28672,
-                "vocab_size": 128256,
-                "torch_dtype": "bfloat16",
-            }
-        )
-    )
-    shape = load_shape(tmp_path)
-    result = plan(shape, gpus=8, gpu_memory_gib=80, context=32768)
-    assert result.kv_bytes_per_token == 320 * 1024  # 2 x 80 x 8 x 128 x 2
-    assert result.kv_bytes_per_token_ignoring_gqa == 8 * result.kv_bytes_per_token
-    assert 130 < result.weights_gib < 140  # ~70.6 B parameters in bf16
-    fp8 = plan(shape, gpus=8, gpu_memory_gib=80, context=32768, kv_dtype="fp8")
-    assert fp8.kv_bytes_per_token == 160 * 1024 and fp8.pool_tokens > 1.9 * result.pool_tokens
-    assert result.sequences_at_full_context == result.blocks // (32768 // 32)
-    with pytest.raises(PlanError, match="use at least"):
-        plan(shape, gpus=1, gpu_memory_gib=80, context=32768)
-
-
 def test_a_webhook_alert_scopes_the_diagnosis_to_its_namespace_and_time():
-    base = Request(prometheus="http://p", selector='{cluster="a"}')
+    base = Request(prometheus="http://p", selector=Selector.parse('{cluster="a"}'))
     alert = {
         "labels": {"alertname": "VLLMKVCacheFull", "namespace": "prod", "pod": "x"},
         "startsAt": "2026-11-30T02:00:00Z",
     }
     request = scoped(base, alert, now=1796009999.0)
-    assert request.selector == 'cluster="a",namespace="prod"'
+    assert str(request.selector) == '{cluster="a",namespace="prod"}'
     assert request.at == 1796004000.0 + 120
 
 

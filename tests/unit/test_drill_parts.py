@@ -14,37 +14,27 @@ import yaml
 
 from alerts import build
 from diagnosis.findings import VOCABULARY
+from drill import report, rules, scenarios
+from drill.observe import AlertLog, Fired, Series
+from drill.prometheus_server import binary, write_config
+from drill.report_dir import ReportDir
+from drill.results import ProfileRun, comparison_rows, percentile
+from drill.stack import Ports
+from drill.traffic import Outcome, Prompts
 from exporter.faults import Fault
 from kvscope import exitcodes
 from kvscope.cli import main
-from kvscope.drill import report, rules, scenarios
-from kvscope.drill.observe import AlertLog, Fired, Series
-from kvscope.drill.results import ProfileRun, comparison_rows, percentile
-from kvscope.drill.stack import Ports
-from kvscope.drill.traffic import Outcome, Prompts
-from kvscope.prometheus import binary, write_config
-
-
-@pytest.mark.parametrize(
-    ("text", "seconds"), [("15s", 15), ("5m", 300), ("1h30m", 5400), ("3d", 259200), ("500ms", 0.5)]
-)
-def test_durations_parse_like_prometheus(text, seconds):
-    assert rules.seconds(text) == seconds
-
-
-def test_a_duration_that_is_not_one_is_refused():
-    with pytest.raises(ValueError, match="not a Prometheus duration"):
-        rules.seconds("5 minutes")
+from kvscope.promql import scale_durations
 
 
 def test_compression_divides_windows_offsets_and_subquery_steps():
     expr = "rate(x[5m]) > 0 and max_over_time((rate(y[10m]))[1h:1m] offset 10m) >= 0.75 and rate(z[1m]) > 0"
-    out = rules.compress_expr(expr, 20, min_range=10, min_step=2)
+    out = scale_durations(expr, 20, min_range=10, min_step=2)
     assert out == ("rate(x[15s]) > 0 and max_over_time((rate(y[30s]))[3m:3s] offset 30s) >= 0.75 and rate(z[10s]) > 0")
 
 
 def test_compressed_rules_keep_thresholds_and_shorten_for():
-    source = yaml.safe_load((build.ALERTS_DIR / build.RULES_FILE).read_text())
+    source, _ = build.build_rules()
     fast = rules.compress(source, 20, scrape_interval=2)
     before = {r["alert"]: r for g in source["groups"] for r in g["rules"] if "alert" in r}
     after = {r["alert"]: r for g in fast["groups"] for r in g["rules"] if "alert" in r}
@@ -191,8 +181,10 @@ def test_the_before_after_table_compares_the_profiles():
 
 def test_the_report_has_a_summary_results_and_readable_plots(tmp_path):
     runs = [_run("default", 4.0, 29, {"VLLMKVCacheExhausted": 12}), _run("tuned", 0.4, 8, {})]
+    folder = ReportDir(tmp_path)
+    folder.claim()
     summary = report.write(
-        tmp_path,
+        folder,
         scenarios.get("kv-avalanche"),
         runs,
         speedup=20,
@@ -244,3 +236,25 @@ def test_prometheus_config_names_rule_files_by_absolute_path(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     config = write_config(tmp_path / "prometheus.yml", {"j": ["h:1"]}, rule_files=[Path("rules.yaml")])
     assert yaml.safe_load(config.read_text())["rule_files"] == [str(tmp_path / "rules.yaml")]
+
+
+def test_a_drill_never_deletes_what_it_did_not_create(tmp_path, capsys):
+    mine = tmp_path / "notes.txt"
+    mine.write_text("the user's own file")
+    code = main(["drill", "gpu-xid", "--gpu", "emulated", "--report", str(tmp_path)])
+    assert code == exitcodes.USAGE and "did not write" in capsys.readouterr().out
+    assert mine.read_text() == "the user's own file"
+
+
+def test_a_rerun_removes_only_what_the_previous_drill_wrote(tmp_path):
+    folder = ReportDir(tmp_path / "report")
+    folder.claim()
+    folder.track("summary.md").write_text("old")
+    (folder.path / "logs").mkdir()
+    folder.track("logs")
+    folder.claim()  # the next run
+    assert sorted(p.name for p in folder.path.iterdir()) == [".kvscope-drill"]
+    (folder.path / "user.txt").write_text("kept")
+    folder.marker.write_text("../../etc\n/etc/passwd\nuser-missing.txt\n")  # a damaged marker points nowhere
+    folder.claim()
+    assert (folder.path / "user.txt").read_text() == "kept"

@@ -1,4 +1,5 @@
-"""`kvscope export` configuration: YAML keys equal the flags, flags win, errors are one line;
+"""`kvscope export` configuration (kvscope.yaml's `export:` section): keys equal the flags, flags
+win, errors are one line;
 and the deploy manifests carry a working exporter command line."""
 
 from pathlib import Path
@@ -14,8 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_yaml_keys_equal_the_flags_and_flags_win(tmp_path):
     path = tmp_path / "export.yaml"
     path.write_text(
-        "web.listen-address: 0.0.0.0:9500\ngpu: emulated\nvllm: [http://a:8000/metrics]\n"
-        "collect-interval: 2\nemulated_gpus: 8\n"
+        "export:\n  web.listen-address: 0.0.0.0:9500\n  gpu: emulated\n  vllm: [http://a:8000/metrics]\n"
+        "  collect-interval: 2\n  emulated_gpus: 8\n"
     )
     config = load(path, {"collect_interval": 0.5, "gpu": None})
     assert (config.host, config.port, config.gpu, config.collect_interval) == (
@@ -53,7 +54,7 @@ def test_none_backend_serves_host_only():
     assert [c.name for c in assemble(load(None, {"gpu": "none"})).collectors] == ["host"]
 
 
-def test_the_daemonset_runs_the_exporter_on_the_service_port():
+def test_the_daemonset_runs_the_exporter_on_the_service_port(tmp_path):
     docs = {
         d["kind"]: d
         for f in (
@@ -67,5 +68,7 @@ def test_the_daemonset_runs_the_exporter_on_the_service_port():
     assert container["args"][0] == "export" and "--web.listen-address=0.0.0.0:9400" in container["args"]
     assert docs["Service"]["spec"]["ports"][0]["port"] == 9400
     assert docs["ServiceMonitor"]["spec"]["endpoints"][0]["port"] == "metrics"
-    config = yaml.safe_load(docs["ConfigMap"]["data"]["export.yaml"])
-    assert load(None, config).vllm == ["http://127.0.0.1:8000/metrics"]
+    path = tmp_path / "kvscope.yaml"
+    path.write_text(docs["ConfigMap"]["data"]["kvscope.yaml"])
+    assert "--config=/etc/kvscope/kvscope.yaml" in container["args"]
+    assert load(path, {}).vllm == ["http://127.0.0.1:8000/metrics"]

@@ -1,4 +1,4 @@
-"""The gateway's YAML: validation with one-line errors, API-key authentication."""
+"""The gateway's section of kvscope.yaml: validation with one-line errors, API-key authentication."""
 
 import hashlib
 
@@ -17,8 +17,9 @@ def test_keys_and_hashed_keys_map_to_tenant_and_tier(tmp_path):
     path = tmp_path / "g.yaml"
     digest = hashlib.sha256(b"sk-b").hexdigest()
     path.write_text(
-        "tiers: {gold: {max_tokens: 100}, free: {}}\n"
-        "tenants: {a: {tier: gold, api_keys: [sk-a]}, "
+        "gateway:\n"
+        "  tiers: {gold: {max_tokens: 100}, free: {}}\n"
+        "  tenants: {a: {tier: gold, api_keys: [sk-a]}, "
         f"b: {{tier: free, api_key_sha256: [{digest}]}}}}\n"
     )
     config = load_gateway_config(path)
@@ -42,12 +43,13 @@ def test_anonymous_tier_admits_requests_without_a_key():
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("tiers: {a: {max_tokens: 0}}", "tiers.a.max_tokens"),
-        ("tenants: {x: {tier: nope}}", "unknown tier 'nope'"),
-        ("tiers: {a: {bogus: 1}}", "tiers.a.bogus"),
+        ("gateway: {tiers: {a: {max_tokens: 0}}}", "gateway: tiers.a.max_tokens"),
+        ("gateway: {tenants: {x: {tier: nope}}}", "unknown tier 'nope'"),
+        ("gateway: {tiers: {a: {bogus: 1}}}", "tiers.a.bogus: unknown key"),
         ("[1, 2]", "must be a mapping"),
-        ("tiers: {a: [", "not valid YAML"),
-        ("qos: {classes: [{name: a, max_prompt_tokens: 10, delay_ms: 0}]}", "catch-all"),
+        ("gateway: {tiers: {a: [", "not valid YAML"),
+        ("gateway: {qos: {classes: [{name: a, max_prompt_tokens: 10, delay_ms: 0}]}}", "catch-all"),
+        ("tiers: {a: {}}", "'tiers' is a gateway setting: put it under 'gateway:'"),
     ],
 )
 def test_bad_files_get_one_line_errors(tmp_path, text, message):

@@ -4,7 +4,7 @@ import argparse
 
 import pytest
 
-from kvscope.hardware import Gpu, Hardware
+from serving.hardware import Gpu, Hardware
 from serving.profiles import (
     ProfileError,
     check_combination,
@@ -41,7 +41,7 @@ def test_tuned_on_h100_is_the_seeds_configuration():
 
 def test_tuned_on_ampere_has_no_fp8_kv():
     settings = tuned(A100)
-    assert "kv_cache_dtype" not in settings and settings["max_num_batched_tokens"] == 4096
+    assert "kv_cache_dtype" not in settings and settings["max_num_batched_tokens"] == 2048  # vLLM's own default
 
 
 def test_tuned_on_cpu_scales_the_budget_and_skips_gpu_only_knobs():

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from kvscope.hardware import detect
+from serving.hardware import detect
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -9,84 +9,18 @@ out: block size, max_num_seqs, max_num_batched_tokens.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
-from kvscope.tuning import PREFILL_BUDGET_GPU, PREFILL_BUDGET_HOPPER, long_prefill_threshold
+from kvscope.model_shape import DTYPE_BYTES, ModelShape
+from kvscope.tuning import Platform, long_prefill_threshold, prefill_budget
 
 GIB = 1 << 30
-_DTYPE_BYTES = {
-    "float32": 4,
-    "float16": 2,
-    "bfloat16": 2,
-    "fp16": 2,
-    "bf16": 2,
-    "fp8": 1,
-    "float8": 1,
-    "int8": 1,
-}
 
 
 class PlanError(ValueError):
     """A model config that cannot be planned for, or impossible hardware (one line)."""
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    layers: int
-    attention_heads: int
-    kv_heads: int
-    head_dim: int
-    hidden: int
-    intermediate: int
-    vocab: int
-    weight_bytes_per_param: int
-    tied_embeddings: bool = False
-
-    @property
-    def parameters(self) -> int:
-        attention = (
-            self.hidden * self.attention_heads * self.head_dim * 2 + self.hidden * self.kv_heads * self.head_dim * 2
-        )
-        mlp = 3 * self.hidden * self.intermediate
-        embeddings = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
-        return self.layers * (attention + mlp + 2 * self.hidden) + embeddings
-
-    def kv_bytes_per_token(self, kv_dtype_bytes: int) -> int:
-        return 2 * self.layers * self.kv_heads * self.head_dim * kv_dtype_bytes
-
-
-def load_shape(source: str | Path) -> ModelShape:
-    """From a Hugging Face config.json, or a model folder holding one."""
-    path = Path(source)
-    if path.is_dir():
-        path = path / "config.json"
-    try:
-        config: dict[str, Any] = json.loads(path.read_text())
-    except OSError as exc:
-        raise PlanError(f"cannot read {path}: {exc.strerror}") from exc
-    except json.JSONDecodeError as exc:
-        raise PlanError(f"{path} is not JSON: {exc}") from exc
-    config = config.get("text_config", config)  # multimodal configs nest the language model
-    try:
-        heads = int(config["num_attention_heads"])
-        hidden = int(config["hidden_size"])
-        return ModelShape(
-            layers=int(config["num_hidden_layers"]),
-            attention_heads=heads,
-            kv_heads=int(config.get("num_key_value_heads") or heads),
-            head_dim=int(config.get("head_dim") or hidden // heads),
-            hidden=hidden,
-            intermediate=int(config.get("intermediate_size") or 4 * hidden),
-            vocab=int(config.get("vocab_size") or 32000),
-            weight_bytes_per_param=_DTYPE_BYTES.get(str(config.get("torch_dtype", "bfloat16")), 2),
-            tied_embeddings=bool(config.get("tie_word_embeddings", False)),
-        )
-    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
-        raise PlanError(f"{path} lacks what a transformer config has ({exc})") from exc
 
 
 @dataclass(frozen=True)
@@ -123,7 +57,7 @@ def plan(
     """KV capacity of `gpus` GPUs (tensor parallel) for requests of up to `context` tokens."""
     if gpus < 1 or gpu_memory_gib <= 0 or context < 1 or not 0 < gpu_memory_utilization <= 1:
         raise PlanError("gpus >= 1, gpu memory > 0, context >= 1 and 0 < gpu_memory_utilization <= 1")
-    kv_bytes = _DTYPE_BYTES.get(kv_dtype)
+    kv_bytes = DTYPE_BYTES.get(kv_dtype)
     if kv_bytes is None:
         raise PlanError(f"unknown KV dtype {kv_dtype!r}: use fp16, bf16 or fp8")
     per_token = shape.kv_bytes_per_token(kv_bytes)
@@ -152,7 +86,9 @@ def plan(
         )
     if kv_dtype.startswith("fp16") or kv_dtype == "bf16":
         notes.append("--kv-cache-dtype fp8 doubles these numbers on GPUs with compute capability >= 8.9")
-    budget_tokens = PREFILL_BUDGET_HOPPER if gpu_memory_gib >= 80 else PREFILL_BUDGET_GPU
+    # vLLM's own rule for its defaults: 70 GB and more is H100/H200 class (A100 80GB aside)
+    platform = Platform.HOPPER if gpu_memory_gib >= 80 else Platform.GPU
+    budget_tokens = prefill_budget(platform)
     return Plan(
         kv_bytes_per_token=per_token,
         kv_bytes_per_token_ignoring_gqa=naive,
@@ -165,14 +101,7 @@ def plan(
         sequences_at_typical_length=at_typical,
         max_num_seqs=max(1, min(512, at_typical)),
         max_num_batched_tokens=budget_tokens,
-        long_prefill_token_threshold=long_prefill_threshold(budget_tokens),
+        long_prefill_token_threshold=long_prefill_threshold(budget_tokens, platform),
         kv_dtype=kv_dtype,
         notes=tuple(notes),
     )
-
-
-def sequences_that_fit(pool_tokens: float, tokens_per_sequence: float, block: int = 32) -> int:
-    """Concurrent sequences of a given length a pool of `pool_tokens` holds, block-rounded."""
-    if tokens_per_sequence <= 0:
-        return 0
-    return int((pool_tokens // block) // math.ceil(tokens_per_sequence / block))

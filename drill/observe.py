@@ -7,32 +7,29 @@ import math
 from dataclasses import dataclass, field
 
 from kvscope import catalog as c
-from kvscope.prometheus import PrometheusApi, QueryError
+from kvscope.prometheus import PrometheusClient, PrometheusError
+from kvscope.promql import metric, quantile
 
 _IDENTITY = ("alertname", "severity")
 
-
-def _either(template: str, signal: c.Signal) -> str:
-    """`template` (with {m} for the metric) for each of the signal's names, joined with `or`."""
-    return " or ".join(f"({template.format(m=name)})" for name in signal.names)
-
-
-KV_USAGE = _either("max({m})", c.VLLM_KV_CACHE_USAGE)
-WAITING = _either("sum({m})", c.VLLM_REQUESTS_WAITING)
-RUNNING = _either("sum({m})", c.VLLM_REQUESTS_RUNNING)
-PREEMPTIONS = _either("sum({m})", c.VLLM_NUM_PREEMPTIONS)
+KV_USAGE = metric(c.VLLM_KV_CACHE_USAGE).max()
+WAITING = metric(c.VLLM_REQUESTS_WAITING).sum()
+RUNNING = metric(c.VLLM_REQUESTS_RUNNING).sum()
+PREEMPTIONS = metric(c.VLLM_NUM_PREEMPTIONS).sum()
 
 
 def preemption_rate(window: str) -> str:
-    return _either(f"sum(rate({{m}}[{window}]))", c.VLLM_NUM_PREEMPTIONS)
+    return str(metric(c.VLLM_NUM_PREEMPTIONS).rate(window).sum())
 
 
 def ttft_p99(window: str) -> str:
-    return f"histogram_quantile(0.99, sum by (le) (rate({c.VLLM_TTFT.name}_bucket[{window}])))"
+    return str(quantile(0.99, c.VLLM_TTFT, window=window))
 
 
 def queue_p99(window: str) -> str:
-    return f"histogram_quantile(0.99, sum by (le) (increase({c.VLLM_QUEUE_TIME.name}_bucket[{window}])))"
+    """p99 queue time over `window` (increase, not rate: the same quantile, fewer round-offs)."""
+    buckets = metric(c.VLLM_QUEUE_TIME, suffix="_bucket").increase(window).sum(("le",))
+    return str(buckets.fn("histogram_quantile", first=("0.99",)))
 
 
 @dataclass
@@ -51,7 +48,7 @@ class AlertLog:
     fired: dict[tuple[str, ...], Fired] = field(default_factory=dict)
     firing_now: list[str] = field(default_factory=list)
 
-    def poll(self, api: PrometheusApi, now: float) -> list[Fired]:
+    def poll(self, api: PrometheusClient, now: float) -> list[Fired]:
         """Record what fires now; returns the alerts that fired for the first time."""
         new = []
         firing = []
@@ -79,13 +76,9 @@ class AlertLog:
         return out
 
 
-def instant(api: PrometheusApi, expr: str, at: float | None = None) -> float | None:
+def instant(api: PrometheusClient, expr: str, at: float | None = None) -> float | None:
     """The single value of `expr`, or None when it has none (or the query failed)."""
-    try:
-        values = [v for _, v in api.query(expr, at) if not math.isnan(v)]
-    except QueryError:
-        return None
-    return max(values) if values else None
+    return api.value(expr, at)
 
 
 @dataclass
@@ -96,8 +89,8 @@ class Gauges:
     preemptions: float | None = None
 
 
-def gauges(api: PrometheusApi) -> Gauges:
-    return Gauges(instant(api, KV_USAGE), instant(api, WAITING), instant(api, RUNNING), instant(api, PREEMPTIONS))
+def gauges(api: PrometheusClient) -> Gauges:
+    return Gauges(*(api.value(str(e)) for e in (KV_USAGE, WAITING, RUNNING, PREEMPTIONS)))
 
 
 @dataclass
@@ -110,21 +103,21 @@ class Series:
     ttft_p99: list[tuple[float, float]] = field(default_factory=list)
 
 
-def series(api: PrometheusApi, start: float, end: float, step: float, window: str) -> Series:
+def series(api: PrometheusClient, start: float, end: float, step: float, window: str) -> Series:
     def one(expr: str) -> list[tuple[float, float]]:
         try:
             result = api.query_range(expr, start, end, step)
-        except QueryError:
+        except PrometheusError:
             return []
         if not result:
             return []
         return [(t - start, v) for t, v in result[0][1] if not math.isnan(v)]
 
-    return Series(one(KV_USAGE), one(WAITING), one(preemption_rate(window)), one(ttft_p99(window)))
+    return Series(one(str(KV_USAGE)), one(str(WAITING)), one(preemption_rate(window)), one(ttft_p99(window)))
 
 
-def preemptions_between(api: PrometheusApi, start: float, end: float) -> float:
+def preemptions_between(api: PrometheusClient, start: float, end: float) -> float:
     """Preemptions counted between two times (the counter's growth; 0 without data)."""
-    before = instant(api, PREEMPTIONS, start) or 0.0
-    after = instant(api, PREEMPTIONS, end) or 0.0
+    before = api.value(str(PREEMPTIONS), start) or 0.0
+    after = api.value(str(PREEMPTIONS), end) or 0.0
     return max(0.0, after - before)

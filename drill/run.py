@@ -21,13 +21,16 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from drill import observe, report, stack
+from drill import rules as drill_rules
+from drill.report_dir import ReportDir, ReportDirRefused
+from drill.results import ProfileRun, comparison_rows, percentile
+from drill.scenarios import Scenario
+from drill.traffic import Driver, Phase
 from kvscope import exitcodes
-from kvscope.drill import observe, report, stack
-from kvscope.drill import rules as drill_rules
-from kvscope.drill.results import ProfileRun, comparison_rows, percentile
-from kvscope.drill.scenarios import Scenario
-from kvscope.drill.traffic import Driver, Phase
-from kvscope.hardware import detect
+from kvscope.config import Config
+from kvscope.durations import format_duration, scaled
+from serving.hardware import detect
 
 POLL = 2.0  # seconds between looks at Prometheus while traffic runs
 
@@ -64,6 +67,7 @@ class DrillOptions:
     gpu: str = "auto"  # auto | emulated | real
     scrape_interval: float = 2.0
     command: str = ""
+    config: Config = field(default_factory=Config)
 
 
 class DrillUsageError(ValueError):
@@ -74,7 +78,7 @@ def engine_args(scenario: Scenario, model: str | None, gpu_present: bool) -> lis
     """Flags every profile gets: the scenario's KV pool, and eager mode on CPU (half the start-up)."""
     args = [] if gpu_present else ["--enforce-eager"]
     if scenario.kv_pool_tokens:
-        from diagnosis.planner import load_shape
+        from kvscope.model_shape import load_shape
         from serving.demo_model import ensure_demo_model
 
         shape = load_shape(model or ensure_demo_model())
@@ -208,7 +212,8 @@ def run_profile(console: Console, options: DrillOptions, profile: str, rules: Pa
         engine_args=args,
         model=options.model,
         emulated=emulated,
-        scrape_interval=drill_rules.duration(options.scrape_interval),
+        scrape_interval=format_duration(options.scrape_interval),
+        config=options.config.path,
     ) as st:
         console.print(
             f"stack ready in {time.time() - t0:.0f} s: serve {st.serve.base_url}, export {st.export.base_url}, "
@@ -222,13 +227,13 @@ def run_profile(console: Console, options: DrillOptions, profile: str, rules: Pa
         time.sleep(2 * options.scrape_interval + 1)  # the last scrape and rule evaluation
         monitor.poll()
         ended = time.time()
-        window = drill_rules.scaled("5m", options.speedup, 5 * options.scrape_interval)  # the rules' rate window
+        window = scaled("5m", options.speedup, 5 * options.scrape_interval)  # the rules' rate window
         series = observe.series(st.api, started, ended, options.scrape_interval, window)
-        span = drill_rules.duration(ended - started)
+        span = format_duration(ended - started)
         peak = max((v for _, v in series.kv_usage), default=None)
         queue = observe.instant(st.api, observe.queue_p99(span), ended)
         preemptions = observe.preemptions_between(st.api, started - options.scrape_interval, ended)
-        diagnosis, markdown = _diagnose(st, ended, ended - started, ended - changed)
+        diagnosis, markdown = _diagnose(st, ended, ended - started, ended - changed, options.config)
         console.print(
             f"diagnosis ({profile}): [bold]{diagnosis['bottleneck']}[/]: {diagnosis['summary']}", highlight=False
         )
@@ -260,12 +265,13 @@ def _profile_flags(profile: str, model: str | None) -> list[str]:
     return [arg for s in profile_settings(profile, detect(), max_len, None) for arg in s.argv()]
 
 
-def _diagnose(st: stack.Stack, at: float, window: float, recent: float) -> tuple[dict, str]:
+def _diagnose(st: stack.Stack, at: float, window: float, recent: float, config: Config) -> tuple[dict, str]:
     from diagnosis.report import render_markdown, to_dict
     from diagnosis.run import Request
     from diagnosis.run import run as diagnose
 
-    result = diagnose(Request(prometheus=st.prometheus.base_url, at=at, window=window, recent=recent))
+    request = Request(prometheus=st.prometheus.base_url, at=at, window=window, recent=recent, config=config)
+    result = diagnose(request)
     return to_dict(result), render_markdown(result)
 
 
@@ -288,17 +294,22 @@ def run(options: DrillOptions, console: Console | None = None) -> int:
     except DrillUsageError as exc:
         console.print(f"kvscope drill: {exc}", highlight=False)
         return exitcodes.USAGE
-    from kvscope.prometheus import PrometheusMissing, binary
+    from drill.prometheus_server import PrometheusMissing, binary
 
     try:
         binary()
     except PrometheusMissing as exc:
         console.print(f"kvscope drill: {exc}", highlight=False)
         return exitcodes.UNAVAILABLE
-    shutil.rmtree(options.report / "logs", ignore_errors=True)  # a previous drill's processes' files
-    options.report.mkdir(parents=True, exist_ok=True)
+    folder = ReportDir(options.report)
+    try:
+        folder.claim()  # removes only what a previous drill wrote here
+    except ReportDirRefused as exc:
+        console.print(f"kvscope drill: {exc}", highlight=False)
+        return exitcodes.USAGE
+    folder.track("logs")
     rules = drill_rules.write(
-        options.report / "logs" / "kvscope-rules.drill.yaml", options.speedup, options.scrape_interval
+        options.report / "logs" / "kvscope-rules.drill.yaml", options.speedup, options.scrape_interval, options.config
     )
     console.print(
         f"[bold]kvscope drill {scenario.name}[/] (seed {scenario.seed}): {scenario.story}. "
@@ -337,13 +348,14 @@ def run(options: DrillOptions, console: Console | None = None) -> int:
         else "failed: " + "; ".join(problems)
     )
     summary = report.write(
-        options.report,
+        folder,
         scenario,
         runs,
         speedup=options.speedup,
         command=options.command or "kvscope drill " + shlex.quote(scenario.name),
         passed=not problems,
         verdict=verdict,
+        limits=options.config.thresholds,
     )
     console.rule("result")
     _print_table(console, runs)

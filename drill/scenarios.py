@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvscope.drill.traffic import Mix, Phase
+from drill.traffic import Mix, Phase
 
 SEEDS_MIX = Mix()
 

@@ -1,6 +1,6 @@
 """Start vLLM's OpenAI server on the demo model, send a few requests, print its live metrics.
 
-`python -m serving.quickstart` — the smoke test of the foundation: the generated model loads,
+`python -m drill.quickstart` — the smoke test of the foundation: the generated model loads,
 the official `openai` client gets answers, and `/metrics` exposes vLLM's series.
 """
 
@@ -17,8 +17,8 @@ from openai import OpenAI
 from rich.console import Console
 from rich.table import Table
 
+from drill.launcher import ServerFailedError, running, vllm_openai_server
 from kvscope import catalog
-from kvscope.launcher import ServerFailedError, running, vllm_openai_server
 from serving.demo_model import SERVED_NAME, ensure_demo_model, synthetic_text
 
 # The series worth showing after a few requests: the KV-cache-first view of the engine.

@@ -9,20 +9,22 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from drill.report_dir import ReportDir
+from drill.results import ProfileRun, comparison_rows, markdown_table
+from drill.scenarios import Scenario
 from kvscope import thresholds as t
-from kvscope.drill import rules
-from kvscope.drill.results import ProfileRun, comparison_rows, markdown_table
-from kvscope.drill.scenarios import Scenario
+from kvscope.durations import scaled
+from kvscope.thresholds import DEFAULTS, Thresholds
 
 _PANELS = (
-    ("kv_usage", "KV-cache usage", "fraction of the pool", t.KV_USAGE_CRITICAL.value),
+    ("kv_usage", "KV-cache usage", "fraction of the pool", t.KV_USAGE_CRITICAL),
     ("waiting", "Requests waiting", "requests", None),
     ("preemptions_per_s", "Preemptions", "per second", None),
-    ("ttft_p99", "TTFT p99 (engine)", "seconds", t.TTFT_P99.value),
+    ("ttft_p99", "TTFT p99 (engine)", "seconds", t.TTFT_P99),
 )
 
 
-def plot(run: ProfileRun, scenario: Scenario, path: Path) -> Path:
+def plot(run: ProfileRun, scenario: Scenario, path: Path, limits: Thresholds = DEFAULTS) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -31,7 +33,8 @@ def plot(run: ProfileRun, scenario: Scenario, path: Path) -> Path:
     fig, axes = plt.subplots(len(_PANELS), 1, figsize=(10, 11), sharex=True)
     change = run.changed - run.started
     fired = run.alerts_fired
-    for ax, (attr, title, unit, line) in zip(axes, _PANELS, strict=True):
+    for ax, (attr, title, unit, threshold) in zip(axes, _PANELS, strict=True):
+        line = limits.value(threshold) if threshold is not None else None
         points = getattr(run.series, attr)
         if points:
             xs, ys = zip(*points, strict=True)
@@ -105,7 +108,7 @@ def write_requests(run: ProfileRun, path: Path) -> Path:
 
 
 def write(
-    folder: Path,
+    report: ReportDir,
     scenario: Scenario,
     runs: Sequence[ProfileRun],
     *,
@@ -113,9 +116,9 @@ def write(
     command: str,
     passed: bool,
     verdict: str,
+    limits: Thresholds = DEFAULTS,
 ) -> Path:
-    """Write the whole report; returns the summary's path."""
-    folder.mkdir(parents=True, exist_ok=True)
+    """Write the whole report into a folder the drill claimed; returns the summary's path."""
     lines = [
         f"# kvscope drill {scenario.name}",
         "",
@@ -125,7 +128,7 @@ def write(
         f"{runs[0].changed - runs[0].started:.0f} s of {runs[0].traffic_end - runs[0].started:.0f} s.",
         f"- Expected: alert {' or '.join(scenario.alerts)}; diagnosis `{scenario.expected}`.",
         f"- Alert rules: `alerts/kvscope-rules.yaml` with every duration divided by {speedup:g} "
-        f"(`for: 5m` waits {rules.scaled('5m', speedup)}) so alerts fire within a short drill.",
+        f"(`for: 5m` waits {scaled('5m', speedup)}) so alerts fire within a short drill.",
         f"- Result: **{verdict}**",
         f"- Reproduce: `{command}`",
         "",
@@ -135,8 +138,8 @@ def write(
         "",
     ]
     for run in runs:
-        png = plot(run, scenario, folder / f"{run.profile}.png")
-        write_requests(run, folder / f"requests-{run.profile}.csv")
+        png = plot(run, scenario, report.track(f"{run.profile}.png"), limits)
+        write_requests(run, report.track(f"requests-{run.profile}.csv"))
         lines += [f"## Profile {run.profile}", ""]
         flags = " ".join(run.profile_flags) or "none: vLLM's defaults"
         lines += [f"Profile flags: `{flags}`; drill flags: `{' '.join(run.engine_args) or 'none'}`", ""]
@@ -150,9 +153,9 @@ def write(
         else:
             lines.append("- none")
         lines += ["", f"![{run.profile}]({png.name})", "", "### Diagnosis", "", run.diagnosis_markdown, ""]
-    summary = folder / "summary.md"
+    summary = report.track("summary.md")
     summary.write_text("\n".join(lines))
-    (folder / "results.json").write_text(
+    report.track("results.json").write_text(
         json.dumps(
             {
                 "scenario": scenario.name,

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import httpx
 
-from kvscope import prometheus
-from kvscope.launcher import ServerProcess, free_port, kvscope_server, running, start_process
-from kvscope.prometheus import PrometheusApi
+from drill import prometheus_server
+from drill.launcher import ServerProcess, free_port, kvscope_server, running, start_process
+from kvscope.prometheus import PrometheusClient
 
 EMULATED_GPUS = 2
 SERVE_READY_TIMEOUT = 600.0  # a first start may generate the demo model and compile kernels
@@ -51,7 +51,7 @@ class Stack:
     serve: ServerProcess
     export: ServerProcess
     prometheus: ServerProcess
-    api: PrometheusApi
+    api: PrometheusClient
     emulated: bool
 
     def inject(self, fault: dict[str, object]) -> None:
@@ -71,6 +71,7 @@ def started(
     model: str | None,
     emulated: bool,
     scrape_interval: str,
+    config: Path | None = None,
 ) -> Iterator[Stack]:
     """Start the three processes (serve first: the exporter follows it) and stop them all on exit."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -80,6 +81,7 @@ def started(
             port=ports.serve,
             profile=profile,
             model=model,
+            config=config,
             extra_args=list(engine_args),
         )
         stack.enter_context(running(serve, ready_path="/ready", timeout=SERVE_READY_TIMEOUT))
@@ -95,11 +97,12 @@ def started(
             f"127.0.0.1:{export_port}",
             "--collect-interval",
             "1",
+            *(["--config", str(config)] if config is not None else []),
         ]
         export_argv += ["--gpu", "emulated", "--emulated-gpus", str(EMULATED_GPUS)] if emulated else ["--gpu", "auto"]
         export = start_process("kvscope export", export_argv, f"http://127.0.0.1:{export_port}", workdir / "export.log")
         stack.enter_context(running(export, ready_path="/-/healthy", timeout=60))
-        prom = prometheus.start(
+        prom = prometheus_server.start(
             workdir / "prometheus",
             {"kvscope": [f"127.0.0.1:{export_port}"]},
             interval=scrape_interval,
@@ -107,7 +110,8 @@ def started(
             port=ports.prometheus,
         )
         stack.enter_context(running(prom, ready_path="/-/ready", timeout=60))
-        api = PrometheusApi(prom.base_url)
+        api = PrometheusClient(prom.base_url)
+        stack.callback(api.close)
         if not any(g.get("rules") for g in api.rule_groups()):
             raise RuntimeError(f"Prometheus loaded no rules from {rules}: see {prom.log_path}")
         api.wait_for_scrapes("kvscope")

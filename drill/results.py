@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvscope.drill.observe import AlertLog, Series
-from kvscope.drill.traffic import Outcome
+from drill.observe import AlertLog, Series
+from drill.traffic import Outcome
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

@@ -1,0 +1,120 @@
+"""diagnosis's sub-app: `kvscope diagnose` (the contract in docs/diagnosis.md)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kvscope import exitcodes
+from kvscope.cli_support import ConfigOption, choice, fail, load_config
+
+app = typer.Typer()
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP token (RFC 9110)
+
+
+@app.command()
+def diagnose(
+    prometheus: Annotated[
+        str | None, typer.Option(help="Prometheus (or Thanos / Mimir / VictoriaMetrics) base URL.")
+    ] = None,
+    scrape: Annotated[
+        list[str] | None,
+        typer.Option(help="Live /metrics URL (vLLM, kvscope export, dcgm-exporter); repeat."),
+    ] = None,
+    bundle: Annotated[Path | None, typer.Option(help="Diagnose a saved bundle (offline).")] = None,
+    listen: Annotated[str | None, typer.Option(help="Serve an Alertmanager webhook on host:port instead.")] = None,
+    at: Annotated[str | None, typer.Option(help="RFC 3339 or unix seconds (default: now).")] = None,
+    window: Annotated[str, typer.Option(help="How far back to look, e.g. 15m, 1h.")] = "30m",
+    recent: Annotated[
+        str, typer.Option(help="--prometheus: the end of the window compared with what came before it.")
+    ] = "5m",
+    selector: Annotated[
+        str,
+        typer.Option(help='Label matchers for every query, e.g. namespace="prod",pod=~"vllm-.*" (braces optional).'),
+    ] = "",
+    path_prefix: Annotated[str, typer.Option(help="API path prefix (Mimir: /prometheus).")] = "",
+    header: Annotated[
+        list[str] | None,
+        typer.Option(help='Extra HTTP header "Name: value" (e.g. X-Scope-OrgID); repeat.'),
+    ] = None,
+    bearer_token: Annotated[str | None, typer.Option(help="Bearer token for the API.")] = None,
+    interval: Annotated[
+        str, typer.Option(help="--scrape: how long to watch (counters rated over it, gauges sampled every second).")
+    ] = "10s",
+    output_format: Annotated[str, typer.Option("--format", help="text | json | markdown")] = "text",
+    save_bundle: Annotated[Path | None, typer.Option(help="Also save the evidence to this file.")] = None,
+    forward: Annotated[str | None, typer.Option(help="--listen: POST each report (JSON) to this URL.")] = None,
+    reports_dir: Annotated[Path | None, typer.Option(help="--listen: keep reports here.")] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Name the bottleneck now, or at a past time, with evidence and the fix."""
+    from kvscope.durations import parse_duration, parse_time
+    from kvscope.promql import Selector
+
+    settings = load_config("diagnose", config)
+    chosen = [name for name, v in (("--prometheus", prometheus), ("--scrape", scrape), ("--bundle", bundle)) if v]
+    if len(chosen) != 1:
+        fail("diagnose", f"give exactly one of --prometheus, --scrape, --bundle (got {' and '.join(chosen) or 'none'})")
+    if listen and bundle:
+        fail("diagnose", "--listen diagnoses live alerts: use it with --prometheus or --scrape")
+    choice("diagnose", "--format", output_format, ("text", "json", "markdown"))
+    try:
+        headers = dict(_header(h) for h in header or [])
+        fields = {
+            "at": parse_time(at),
+            "window": parse_duration(window),
+            "recent": parse_duration(recent),
+            "interval": parse_duration(interval),
+            "selector": Selector.parse(selector),
+        }
+    except ValueError as exc:
+        fail("diagnose", str(exc))
+    from diagnosis.run import Request, run, undiagnosable
+
+    request = Request(
+        prometheus=prometheus,
+        scrape=list(scrape or []),
+        bundle=bundle,
+        path_prefix=path_prefix,
+        headers=headers,
+        bearer_token=bearer_token,
+        save_bundle=save_bundle,
+        config=settings,
+        **fields,  # type: ignore[arg-type]
+    )
+    if listen:
+        from diagnosis.webhook import serve_webhook
+
+        raise typer.Exit(serve_webhook(listen, request, forward=forward, reports_dir=reports_dir))
+    from diagnosis import report
+    from diagnosis.sources import SourceError
+
+    try:
+        result = run(request)
+    except SourceError as exc:
+        typer.echo(f"kvscope diagnose: {exc}", err=True)
+        if output_format == "json":
+            typer.echo(report.to_json(undiagnosable(request, str(exc))))
+        raise typer.Exit(exitcodes.UNDIAGNOSABLE) from None
+    if output_format == "json":
+        typer.echo(report.to_json(result))
+    elif output_format == "markdown":
+        typer.echo(report.render_markdown(result), nl=False)
+    else:
+        from rich.console import Console
+
+        report.render_text(result, Console())
+    raise typer.Exit(result.exit_code)
+
+
+def _header(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition(":")
+    name, value = name.strip(), value.strip()
+    if not sep or not _HEADER_NAME.fullmatch(name):
+        raise ValueError(f'--header wants "Name: value", not {text!r}')
+    if any(ch in value for ch in "\r\n\0") or not value.isprintable():
+        raise ValueError(f"--header {name}: the value must be printable text on one line")
+    return name, value

@@ -1,0 +1,381 @@
+"""The user config, `kvscope.yaml`, the way a monitoring mixin's `_config` works: one file whose
+numbers feed the alert rules, the dashboards' lines, the diagnosis and the exporter together.
+
+Found by `--config FILE` on every command, else `$KVSCOPE_CONFIG`, else the defaults.
+
+    thresholds:                 # any key of docs/metrics.md's thresholds table
+      kv_usage_critical: 0.92
+      queue_time_p99: {value: 2.0, for: 10m}
+    slo:
+      ttft: {objective: 0.99, seconds: 2.5}      # a bucket bound of vLLM's TTFT histogram
+      itl: {objective: 0.99, seconds: 0.2}
+      errors: {objective: 0.995}
+      period: 30d
+    selectors:                  # added to every engine / GPU query
+      engine: '{namespace="prod"}'
+      gpu: '{cluster="a"}'
+    gpu_models:                 # datasheet overrides, or a model kvscope does not know
+      H100: {tdp_w: 600}
+    gateway: {...}              # kvscope serve: tenants, tiers, QoS (serving/gateway_config.py)
+    export: {...}               # kvscope export: the same keys as its flags (exporter/config.py)
+
+An unknown key or a bad value is a one-line `ConfigError` (exit 64). Here is also the one
+YAML + pydantic loader every component uses for its section.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from kvscope import catalog
+from kvscope.durations import parse_duration
+from kvscope.gpu_models import FIELDS as GPU_FIELDS
+from kvscope.gpu_models import GpuModels
+from kvscope.promql import Selector
+from kvscope.thresholds import Thresholds, all_thresholds
+
+ENV = "KVSCOPE_CONFIG"
+DEFAULT = "default"
+M = TypeVar("M", bound=BaseModel)
+
+
+class ConfigError(ValueError):
+    """A config file that is missing, unreadable or invalid; the message is one line."""
+
+
+# --- the one loader ---------------------------------------------------------------------------
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """A YAML file whose top level is a mapping (an empty file is an empty mapping)."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {' '.join(str(exc).split())}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text: {exc.reason}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must be a mapping at the top level")
+    return data
+
+
+def validate(model: type[M], data: object, where: str) -> M:
+    """`model` from `data`; ConfigError naming the first wrong key and why, in one line."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        what = first["msg"].removeprefix("Value error, ")
+        if first["type"] == "extra_forbidden":
+            what = "unknown key"
+        raise ConfigError(f"{where}: {loc or '(top level)'}: {' '.join(what.split())}") from exc
+
+
+# --- the schema ------------------------------------------------------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class ThresholdSetting(_Strict):
+    value: float
+    for_: str | None = Field(None, alias="for")
+
+
+class _Objective(_Strict):
+    objective: float = Field(gt=0, lt=1, description="share of good events, e.g. 0.99")
+
+
+def _bucket_bound(signal: catalog.Signal, seconds: float) -> float:
+    if seconds not in signal.buckets:
+        bounds = ", ".join(f"{b:g}" for b in signal.buckets)
+        raise ValueError(f"must be a bucket bound of {signal.name} ({bounds}), not {seconds:g}")
+    return seconds
+
+
+class TtftSlo(_Objective):
+    objective: float = Field(0.99, gt=0, lt=1)
+    seconds: float = 2.5
+
+    @field_validator("seconds")
+    @classmethod
+    def _bound(cls, v: float) -> float:
+        return _bucket_bound(catalog.VLLM_TTFT, v)
+
+
+class ItlSlo(_Objective):
+    objective: float = Field(0.99, gt=0, lt=1)
+    seconds: float = 0.2
+
+    @field_validator("seconds")
+    @classmethod
+    def _bound(cls, v: float) -> float:
+        return _bucket_bound(catalog.VLLM_ITL, v)
+
+
+class ErrorSlo(_Objective):
+    objective: float = Field(0.995, gt=0, lt=1)
+
+
+class BurnWindow(_Strict):
+    """Alert when the error ratio over both windows burns the budget `factor` times too fast."""
+
+    severity: Literal["critical", "warning"]
+    long: str
+    short: str
+    factor: float = Field(gt=0)
+
+    @field_validator("long", "short")
+    @classmethod
+    def _recorded(cls, v: str) -> str:
+        if v not in catalog.SLO_WINDOWS:
+            raise ValueError(f"must be one of the recorded windows {', '.join(catalog.SLO_WINDOWS)}, not {v!r}")
+        return v
+
+
+# Google SRE workbook, chapter 5 (multiwindow, multi-burn-rate alerts) for a 30-day budget.
+SRE_WORKBOOK_WINDOWS = (
+    BurnWindow(severity="critical", long="1h", short="5m", factor=14.4),
+    BurnWindow(severity="critical", long="6h", short="30m", factor=6.0),
+    BurnWindow(severity="warning", long="1d", short="2h", factor=3.0),
+    BurnWindow(severity="warning", long="3d", short="6h", factor=1.0),
+)
+
+
+class Slo(_Strict):
+    ttft: TtftSlo = TtftSlo()
+    itl: ItlSlo = ItlSlo()
+    errors: ErrorSlo = ErrorSlo()
+    period: str = "30d"
+    windows: tuple[BurnWindow, ...] = SRE_WORKBOOK_WINDOWS
+
+    @field_validator("period")
+    @classmethod
+    def _period(cls, v: str) -> str:
+        parse_duration(v)
+        return v
+
+    @model_validator(mode="after")
+    def _both_severities(self) -> Slo:
+        if {w.severity for w in self.windows} != {"critical", "warning"}:
+            raise ValueError("windows: needs at least one critical (page) and one warning (ticket) pair")
+        return self
+
+
+class Selectors(_Strict):
+    engine: str = ""
+    gpu: str = ""
+
+    @field_validator("engine", "gpu")
+    @classmethod
+    def _parses(cls, v: str) -> str:
+        Selector.parse(v)
+        return v
+
+
+class GpuModelSetting(_Strict):
+    name: str | None = None
+    memory_mib: float | None = Field(None, gt=0)
+    tdp_w: float | None = Field(None, gt=0)
+    idle_w: float | None = Field(None, ge=0)
+    max_sm_clock: float | None = Field(None, gt=0)
+    base_sm_clock: float | None = Field(None, gt=0)
+    idle_sm_clock: float | None = Field(None, gt=0)
+    mem_clock: float | None = Field(None, gt=0)
+    slowdown_temp: float | None = Field(None, gt=0)
+    pcie_gen: int | None = Field(None, ge=1, le=6)
+    pcie_width: int | None = Field(None, ge=1, le=32)
+
+
+class ConfigFile(_Strict):
+    thresholds: dict[str, float | ThresholdSetting] = Field(default_factory=dict)
+    slo: Slo = Slo()
+    selectors: Selectors = Selectors()
+    gpu_models: dict[str, GpuModelSetting] = Field(default_factory=dict)
+    gateway: dict[str, Any] = Field(default_factory=dict, description="kvscope serve's section")
+    export: dict[str, Any] = Field(default_factory=dict, description="kvscope export's section")
+
+    @field_validator("thresholds")
+    @classmethod
+    def _known(cls, v: dict[str, float | ThresholdSetting]) -> dict[str, float | ThresholdSetting]:
+        known = {t.key: t for t in all_thresholds()}
+        for key, setting in v.items():
+            if key not in known:
+                raise ValueError(f"unknown threshold {key!r} (see docs/metrics.md for the keys)")
+            value = setting.value if isinstance(setting, ThresholdSetting) else setting
+            low, high = known[key].bounds
+            if not low < value <= high:
+                raise ValueError(f"{key} must be in ({low:g}, {high:g}] ({known[key].unit}), not {value:g}")
+            if isinstance(setting, ThresholdSetting) and setting.for_ is not None:
+                try:
+                    parse_duration(setting.for_)
+                except ValueError as exc:
+                    raise ValueError(f"{key}.for: {exc}") from None
+        return v
+
+    @model_validator(mode="after")
+    def _models_complete(self) -> ConfigFile:
+        GpuModels({k: v.model_dump() for k, v in self.gpu_models.items()})  # raises ValueError
+        return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hint_sections(cls, data: object) -> object:
+        if isinstance(data, dict):
+            gateway_keys = {"tiers", "tenants", "qos", "anonymous_tier", "max_body_bytes"} & set(data)
+            if gateway_keys:
+                key = sorted(gateway_keys)[0]
+                raise ValueError(f"{key!r} is a gateway setting: put it under 'gateway:'")
+        return data
+
+
+# --- the effective config -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Config:
+    """What every command reads: thresholds, SLOs, selectors, GPU models, component sections."""
+
+    file: ConfigFile = field(default_factory=ConfigFile)
+    path: Path | None = None
+
+    @property
+    def origin(self) -> str:
+        return str(self.path) if self.path is not None else DEFAULT
+
+    @property
+    def thresholds(self) -> Thresholds:
+        overrides = {
+            key: (s.value, s.for_) if isinstance(s, ThresholdSetting) else (float(s), None)
+            for key, s in self.file.thresholds.items()
+        }
+        return Thresholds(overrides, source=self.origin)
+
+    @property
+    def slo(self) -> Slo:
+        return self.file.slo
+
+    @property
+    def engine_selector(self) -> Selector:
+        return Selector.parse(self.file.selectors.engine)
+
+    @property
+    def gpu_selector(self) -> Selector:
+        return Selector.parse(self.file.selectors.gpu)
+
+    @property
+    def gpu_models(self) -> GpuModels:
+        return GpuModels({k: v.model_dump() for k, v in self.file.gpu_models.items()})
+
+    def section(self, name: Literal["gateway", "export"], model: type[M]) -> M:
+        """A component's section, validated by the component's model."""
+        data: dict[str, Any] = getattr(self.file, name)
+        return validate(model, data, f"{self.origin}: {name}")
+
+    def given(self, *path: str) -> bool:
+        """Whether the file set this key (`given("slo", "ttft", "seconds")`)."""
+        node: Any = self.file.model_dump(by_alias=True, exclude_unset=True)
+        for part in path:
+            if not isinstance(node, Mapping) or part not in node:
+                return False
+            node = node[part]
+        return True
+
+
+def load(path: Path | None = None, environ: Mapping[str, str] | None = None) -> Config:
+    """The config from `path`, else from $KVSCOPE_CONFIG, else the defaults."""
+    env = os.environ if environ is None else environ
+    if path is None and env.get(ENV):
+        path = Path(env[ENV])
+    if path is None:
+        return Config()
+    return Config(validate(ConfigFile, read_yaml(path), str(path)), path)
+
+
+def with_slo(config: Config, **values: float | None) -> Config:
+    """The config with SLO numbers given as flags (`ttft_objective`, `ttft_seconds`,
+    `itl_objective`, `itl_seconds`, `error_objective`) on top; ConfigError when one is bad."""
+    data = config.file.model_dump(by_alias=True, exclude_unset=True)
+    slo = data.setdefault("slo", {})
+    for key, value in values.items():
+        if value is None:
+            continue
+        section, _, field_name = key.partition("_")
+        slo.setdefault("errors" if section == "error" else section, {})[field_name] = value
+    return Config(validate(ConfigFile, data, "flags"), config.path)
+
+
+def redact(key: str, value: object) -> object:
+    """Secrets (API keys, tokens, passwords) shown as `***`."""
+    secret = any(word in key.lower() for word in ("key", "token", "password", "secret"))
+    return "***" if secret and value not in (None, "", [], ()) else value
+
+
+@dataclass(frozen=True)
+class Row:
+    key: str
+    value: object
+    source: str
+    meaning: str = ""
+
+
+def effective_rows(config: Config, sections: Sequence[tuple[str, type[BaseModel]]] = ()) -> list[Row]:
+    """Every effective value with where it came from (for `kvscope config show`)."""
+    rows: list[Row] = []
+    limits = config.thresholds
+    for t in limits:
+        source = limits.source(t)
+        rows.append(Row(f"thresholds.{t.key}", t.value, source, f"{t.unit}; {t.why}"))
+        if t.for_:
+            rows.append(Row(f"thresholds.{t.key}.for", t.for_, source, "how long it must hold"))
+
+    def walk(prefix: tuple[str, ...], model: BaseModel) -> None:
+        for name, info in type(model).model_fields.items():
+            value = getattr(model, name)
+            key = info.alias or name
+            path = (*prefix, key)
+            if isinstance(value, BaseModel):
+                walk(path, value)
+                continue
+            if isinstance(value, tuple) and value and isinstance(value[0], BaseModel):
+                value = [v.model_dump() for v in value]
+            source = config.origin if config.given(*path) else DEFAULT
+            rows.append(Row(".".join(path), redact(key, value), source, info.description or ""))
+
+    walk(("slo",), config.slo)
+    walk(("selectors",), config.file.selectors)
+    models = config.gpu_models
+    for short, model in models.table.items():
+        for name in GPU_FIELDS:
+            given = name in models.overridden.get(short, set())
+            rows.append(Row(f"gpu_models.{short}.{name}", getattr(model, name), config.origin if given else DEFAULT))
+    for name, schema in sections:
+        section: BaseModel = config.section(name, schema)  # type: ignore[arg-type]
+        _flatten(rows, (name,), section.model_dump(), config, config.file.model_dump()[name])
+    return rows
+
+
+def _flatten(rows: list[Row], prefix: tuple[str, ...], value: object, config: Config, given: object) -> None:
+    if isinstance(value, dict) and value:
+        for k, v in value.items():
+            sub = given.get(k) if isinstance(given, dict) else None
+            if any(w in str(k).lower() for w in ("key", "token", "password", "secret")):
+                rows.append(Row(".".join((*prefix, str(k))), redact(str(k), v), config.origin if sub else DEFAULT))
+                continue
+            _flatten(rows, (*prefix, str(k)), v, config, sub)
+        return
+    source = config.origin if given is not None else DEFAULT
+    rows.append(Row(".".join(prefix), value, source))
