@@ -18,6 +18,7 @@ from diagnosis.verdict import diagnose
 from drill import prometheus_server as prometheus
 from drill.launcher import running
 from kvscope import promtext
+from kvscope.promql import Selector
 from tests.scenarios.fleet import Simulation, openmetrics, page
 from tests.scenarios.library import DIAGNOSE_AT, scenarios
 
@@ -33,7 +34,7 @@ def scraped(scenario, minute: float) -> str:
     def fix(samples: list[promtext.Sample]) -> list[promtext.Sample]:
         return [promtext.Sample(s.name, {"instance": "page", **s.labels}, s.value) for s in samples]
 
-    return diagnose(compute(MEASURES, fix(first), fix(second), 60, "scrape"), 0, 60, "scrape").bottleneck
+    return diagnose(compute(MEASURES, [(0.0, fix(first)), (60.0, fix(second))], "scrape"), 0, 60, "scrape").bottleneck
 
 
 def main() -> int:
@@ -53,7 +54,7 @@ def main() -> int:
                     prometheus=server.base_url,
                     at=start + DIAGNOSE_AT * 60,
                     window=900,
-                    selector=f'{{scenario="{s.name}"}}',
+                    selector=Selector.of(scenario=s.name),
                     save_bundle=bundle,
                 )
             )

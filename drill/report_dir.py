@@ -4,10 +4,14 @@ that holds anything else is refused: the drill never deletes what it did not cre
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
 MARKER = ".kvscope-drill"
+# What a drill writes into its folder: a folder holding only these (a report written before the
+# marker existed) is a previous drill's, too.
+_OWN = re.compile(r"(summary\.md|results\.json|logs|[a-z]+\.png|requests-[a-z]+\.csv)")
 
 
 class ReportDirRefused(ValueError):  # noqa: N818 - the user's folder, refused
@@ -23,12 +27,16 @@ class ReportDir:
         """Make the folder ours for this run: create it, or clean what our previous run wrote."""
         if self.path.exists() and not self.path.is_dir():
             raise ReportDirRefused(f"--report {self.path} is a file, not a folder")
-        if self.path.is_dir() and any(self.path.iterdir()) and not self.marker.is_file():
-            raise ReportDirRefused(
-                f"--report {self.path} holds files kvscope drill did not write; choose an empty or new folder"
-            )
+        previous: list[str] = []
+        if self.path.is_dir() and not self.marker.is_file():
+            names = [p.name for p in self.path.iterdir()]
+            if not all(_OWN.fullmatch(name) for name in names):
+                raise ReportDirRefused(
+                    f"--report {self.path} holds files kvscope drill did not write; choose an empty or new folder"
+                )
+            previous = names
         self.path.mkdir(parents=True, exist_ok=True)
-        for entry in self.entries():
+        for entry in [*self.entries(), *previous]:
             target = self.path / entry
             if target.is_dir() and not target.is_symlink():
                 shutil.rmtree(target)

@@ -233,7 +233,8 @@ def run_profile(console: Console, options: DrillOptions, profile: str, rules: Pa
         peak = max((v for _, v in series.kv_usage), default=None)
         queue = observe.instant(st.api, observe.queue_p99(span), ended)
         preemptions = observe.preemptions_between(st.api, started - options.scrape_interval, ended)
-        diagnosis, markdown = _diagnose(st, ended, ended - started, ended - changed, options.config)
+        bundle = workdir / "diagnosis-bundle.json"  # the evidence, to diagnose again offline (--bundle)
+        diagnosis, markdown = _diagnose(st, ended, ended - started, ended - changed, options.config, bundle)
         console.print(
             f"diagnosis ({profile}): [bold]{diagnosis['bottleneck']}[/]: {diagnosis['summary']}", highlight=False
         )
@@ -265,12 +266,16 @@ def _profile_flags(profile: str, model: str | None) -> list[str]:
     return [arg for s in profile_settings(profile, detect(), max_len, None) for arg in s.argv()]
 
 
-def _diagnose(st: stack.Stack, at: float, window: float, recent: float, config: Config) -> tuple[dict, str]:
+def _diagnose(
+    st: stack.Stack, at: float, window: float, recent: float, config: Config, bundle: Path
+) -> tuple[dict, str]:
     from diagnosis.report import render_markdown, to_dict
     from diagnosis.run import Request
     from diagnosis.run import run as diagnose
 
-    request = Request(prometheus=st.prometheus.base_url, at=at, window=window, recent=recent, config=config)
+    request = Request(
+        prometheus=st.prometheus.base_url, at=at, window=window, recent=recent, config=config, save_bundle=bundle
+    )
     result = diagnose(request)
     return to_dict(result), render_markdown(result)
 

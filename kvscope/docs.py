@@ -1,16 +1,19 @@
-"""Generate docs/metrics.md from the signal catalog and the thresholds table.
+"""Generate docs/metrics.md (the signal catalog, the thresholds, the kvscope.yaml keys) and
+docs/tuning.md (the tuned profile's numbers and their sources).
 
-`python -m kvscope.docs` rewrites it; a unit test fails when the committed file is stale.
+`python -m kvscope.docs` rewrites them (in a checkout's docs/, else the current folder); a unit
+test fails when the committed files are stale.
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-from kvscope import catalog, thresholds
+from kvscope import catalog, config, paths, thresholds, tuning
+from kvscope.gpu_models import FIELDS, MODELS
 
-METRICS_MD = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
+METRICS_FILE = "metrics.md"
+TUNING_FILE = "tuning.md"
 
 _SECTIONS = (
     (
@@ -54,7 +57,8 @@ def render() -> str:
     out = [
         "# Metrics",
         "",
-        "Generated from `kvscope/catalog.py` and `kvscope/thresholds.py` by `make generate`; do not edit by hand.",
+        "Generated from `kvscope/catalog.py`, `kvscope/thresholds.py` and `kvscope/config.py` by `make generate`; "
+        "do not edit by hand.",
         "",
     ]
     for source, title, blurb in _SECTIONS:
@@ -87,13 +91,88 @@ def render() -> str:
     ]
     for t in thresholds.all_thresholds():
         out.append(f"| `{t.key}` | {t.value:g} | {_cell(t.unit)} | {t.for_ or '-'} | {_cell(t.why)} |")
+    out += ["", *_config_keys()]
     return "\n".join(out) + "\n"
 
 
+def _config_keys() -> list[str]:
+    slo = config.Slo()
+    lines = [
+        "## kvscope.yaml",
+        "",
+        "One file for every command (`--config FILE`, else `$KVSCOPE_CONFIG`); `kvscope config show` prints "
+        "every effective value and where it came from. An unknown key or a bad value is a one-line error "
+        "(exit 64).",
+        "",
+        "| key | default | what |",
+        "| --- | --- | --- |",
+        "| `thresholds.<key>` | the table above | a number, or `{value: N, for: 5m}`; ratios in (0, 1], "
+        "percentages in (0, 100] |",
+        f"| `slo.ttft.objective`, `slo.ttft.seconds` | {slo.ttft.objective:g}, {slo.ttft.seconds:g} | share of "
+        "requests whose first token comes within the seconds (a bucket bound of vLLM's TTFT histogram) |",
+        f"| `slo.itl.objective`, `slo.itl.seconds` | {slo.itl.objective:g}, {slo.itl.seconds:g} | share of output "
+        "tokens within the seconds of the previous one (a bucket bound of vLLM's ITL histogram) |",
+        f"| `slo.errors.objective` | {slo.errors.objective:g} | share of requests without abort or error |",
+        f"| `slo.period` | {slo.period} | the error budget's period |",
+        "| `slo.windows` | "
+        + ", ".join(f"{w.severity} {w.long}/{w.short} x{w.factor:g}" for w in slo.windows)
+        + " | burn-rate pairs (Google SRE workbook); windows from "
+        + ", ".join(catalog.SLO_WINDOWS)
+        + " |",
+        "| `selectors.engine`, `selectors.gpu` | none | label matchers added to every engine / GPU query of the "
+        "alerts, dashboards and diagnosis, e.g. `'{job=\"vllm\"}'` |",
+        f"| `gpu_models.<model>.<field>` | {', '.join(MODELS)} | datasheet overrides, or a new model with every "
+        f"field: {', '.join(FIELDS)} |",
+        "| `gateway` | no keys, one anonymous tenant | `kvscope serve`'s tenants, tiers, limits and QoS "
+        "(serving/gateway_config.py) |",
+        "| `export` | 127.0.0.1:9400, no targets | `kvscope export`'s settings, the same keys as its flags |",
+    ]
+    return lines
+
+
+def render_tuning() -> str:
+    """The whole of docs/tuning.md: every number of the tuned profile, per platform, with its source."""
+    out = [
+        "# The tuned profile's numbers",
+        "",
+        "Generated from `kvscope/tuning.py` by `make generate`; do not edit by hand. Production (GPU) numbers cite "
+        "their source or say that they are not yet measured on a GPU; the CPU demo profile's numbers were "
+        "measured by its drills (docs/benchmarks.md).",
+        "",
+        "| knob | platform | value | source | from a GPU (seeds, vLLM) |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    per_platform = (
+        ("--max-num-batched-tokens", tuning.PREFILL_BUDGET),
+        ("--long-prefill-token-threshold (1/N of the budget)", tuning.LONG_PREFILL_SHARE),
+        ("--watermark", tuning.WATERMARK),
+        ("bulk QoS class KV lane (share of the pool)", tuning.KV_LANE_SHARE),
+    )
+    for knob, table in per_platform:
+        for platform, number in table.items():
+            out.append(_tuning_row(knob, str(platform), number))
+    for knob, number in (
+        ("--gpu-memory-utilization", tuning.GPU_MEMORY_UTILIZATION),
+        ("--block-size", tuning.BLOCK_SIZE),
+        ("--block-size past 128K context", tuning.LONG_CONTEXT_BLOCK_SIZE),
+    ):
+        out.append(_tuning_row(knob, "GPU", number))
+    for name, number in tuning.QOS_DELAY_MS.items():
+        out.append(_tuning_row(f"QoS class {name}: delay (ms)", "all", number))
+    return "\n".join(out) + "\n"
+
+
+def _tuning_row(knob: str, platform: str, number: tuning.Number) -> str:
+    measured = "yes" if number.measured_on_gpu else "no"
+    return f"| {knob} | {platform} | {number.value:g} | {_cell(number.source)} | {measured} |"
+
+
 def main() -> int:
-    METRICS_MD.parent.mkdir(parents=True, exist_ok=True)
-    METRICS_MD.write_text(render())
-    print(f"wrote {METRICS_MD}")
+    folder = paths.output(None, "docs")
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in ((METRICS_FILE, render()), (TUNING_FILE, render_tuning())):
+        (folder / name).write_text(text)
+        print(f"wrote {folder / name}")
     return 0
 
 

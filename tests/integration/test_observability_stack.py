@@ -20,6 +20,7 @@ from drill import prometheus_server
 from drill.launcher import ServerProcess, free_port, running, start_process
 from kvscope.prometheus import PrometheusClient
 from serving.demo_model import SERVED_NAME
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -88,13 +89,19 @@ def test_every_overview_and_gpu_panel_query_returns_data(stack, kvscope):
     # An application XID (13): the GPU keeps answering, so dcgm-exporter's sticky series shows it.
     for fault in ({"gpu": 0, "fault": "thermal", "temp_c": 93}, {"gpu": 0, "fault": "xid", "xid": 13}):
         assert httpx.post(exporter.base_url + "/-/faults", json=fault, timeout=10).status_code == 201
-    time.sleep(8)
-    load(kvscope)
-    empty = []
-    for board in ("llm-serving-overview", "gpu-fleet"):
-        for title, expr in queries(board):
-            if not api.query(expr):
-                empty.append(f"{board} / {title}: {expr[:160]}")
+
+    def empty_panels() -> list[str]:
+        load(kvscope)  # a fresh round of requests in the panels' windows
+        return [
+            f"{board} / {title}: {expr[:160]}"
+            for board in ("llm-serving-overview", "gpu-fleet")
+            for title, expr in queries(board)
+            if not api.query(expr)
+        ]
+
+    deadline, empty = time.monotonic() + 120, empty_panels()
+    while empty and time.monotonic() < deadline:  # scrapes and rule evaluations catch up
+        empty = empty_panels()
     assert not empty, "panels without data:\n" + "\n".join(empty)
 
 
@@ -104,12 +111,11 @@ def test_an_injected_xid_fires_its_alert(stack):
         httpx.post(exporter.base_url + "/-/faults", json={"gpu": 1, "fault": "xid", "xid": 79}, timeout=10).status_code
         == 201
     )
-    deadline = time.monotonic() + 30
-    firing: list[dict] = []
-    while time.monotonic() < deadline and not firing:
-        firing = [a for a in api.alerts() if a["labels"]["alertname"] == "GPUXidDrainNode" and a["state"] == "firing"]
-        time.sleep(1)
-    assert firing, api.alerts()
+    firing = eventually(
+        lambda: [a for a in api.alerts() if a["labels"]["alertname"] == "GPUXidDrainNode" and a["state"] == "firing"],
+        timeout=120,
+        what="GPUXidDrainNode firing",
+    )
     assert firing[0]["labels"]["gpu"] == "1" and firing[0]["labels"]["xid"] == "79"
     assert "kvscope diagnose --prometheus" in firing[0]["annotations"]["description"]
     assert firing[0]["annotations"]["runbook_url"].endswith("#gpuxiddrainnode")

@@ -15,6 +15,7 @@ from openai import OpenAI
 from kvscope import catalog, promtext
 from serving.demo_model import SERVED_NAME, synthetic_text
 from tests.integration.conftest import KV_BLOCKS
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -185,7 +186,8 @@ def test_deadline_aborts_the_request_in_the_engine_and_frees_its_kv_blocks(kvsco
     response = asyncio.run(long_request())
     assert response.status_code == 504, response.text
     assert response.json()["error"]["code"] == "deadline_exceeded"
-    assert time.monotonic() - started < 5
+    # aborted at its 4 s deadline: 12,000 tokens would take minutes (no tighter bound: a busy machine)
+    assert time.monotonic() - started < 40
     assert peak > 0.15, f"the request never filled the KV cache (peak {peak})"
     deadline = time.monotonic() + 15
     while _kv_usage(kvscope) > 0 and time.monotonic() < deadline:
@@ -242,9 +244,14 @@ def test_kvscope_metrics_agree_with_vllms_own_counters(kvscope):
         await asyncio.gather(*(one(i) for i in range(16)))
 
     asyncio.run(load())
-    time.sleep(0.5)
-    after = _metrics(kvscope)
     n = 16
+
+    def settled() -> list:  # the stat logger records a request after its last token is sent
+        page = _metrics(kvscope)
+        done = _delta(before, page, catalog.REQUEST_QUEUE_SECONDS.name + "_count") == n
+        return page if done and _delta(before, page, catalog.VLLM_TTFT.name + "_count") == n else []
+
+    after = eventually(settled, timeout=60, what="every request counted")
     assert _delta(before, after, catalog.REQUEST_TTFT_SECONDS.name + "_count", tenant="acme") == n
     assert _delta(before, after, catalog.VLLM_TTFT.name + "_count") == n
     for ours, theirs in (
@@ -278,6 +285,7 @@ def test_long_prompts_get_a_kv_lane_of_half_the_pool(kvscope):
     assert "QoS priority by prompt length: interactive (<= 512 tokens, +0 s)" in started
 
 
+@pytest.mark.cpu_only
 def test_engine_config_info_exposes_the_tuned_profile(kvscope):
     page = _metrics(kvscope)
     info = {

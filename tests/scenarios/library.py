@@ -123,6 +123,31 @@ def scenarios() -> list[Scenario]:
             ),
         ),
         Scenario(
+            "prefill-hol-overloaded",
+            "prefill_head_of_line",
+            {"vllm-holq-2"},
+            note="bursts of 12K-token prompts on a slow engine: everything queues, so TTFT's tail is only 3x "
+            "its median, but decode stalls 39x behind the long prefills (measured: drill prefill-hol with "
+            "a CPU hog beside it)",
+            instances=_on(
+                "holq",
+                2,
+                replace(
+                    s,
+                    rate=4.0,
+                    prompt_median=160,
+                    prompt_p99=10000,
+                    ttft=(5.9, 19.6),
+                    itl=(0.049, 1.9),
+                    queue=(5.0, 19.5),
+                    waiting=54,
+                    running=78,
+                    kv=0.07,
+                    util=75,
+                ),
+            ),
+        ),
+        Scenario(
             "saturation",
             "capacity_saturation",
             {"vllm-sat-1"},

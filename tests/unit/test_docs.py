@@ -1,10 +1,29 @@
-"""docs/metrics.md is generated from the catalog and committed up to date."""
+"""docs/metrics.md and docs/tuning.md are generated from the catalog, the thresholds, the config
+schema and the tuned profile's numbers, and committed up to date."""
 
-from kvscope import catalog, docs
+from pathlib import Path
+
+from kvscope import catalog, docs, tuning
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def test_committed_metrics_doc_matches_the_catalog():
-    assert docs.METRICS_MD.read_text() == docs.render(), "run `make generate`"
+    assert (DOCS / docs.METRICS_FILE).read_text() == docs.render(), "run `make generate`"
+
+
+def test_committed_tuning_doc_matches_the_profile():
+    assert (DOCS / docs.TUNING_FILE).read_text() == docs.render_tuning(), "run `make generate`"
+
+
+def test_every_gpu_number_cites_a_source_or_says_it_is_not_measured_on_a_gpu():
+    for table in (tuning.PREFILL_BUDGET, tuning.LONG_PREFILL_SHARE, tuning.WATERMARK, tuning.KV_LANE_SHARE):
+        for platform, number in table.items():
+            if platform is tuning.Platform.CPU:
+                assert "drill" in number.source  # the demo profile's numbers are the drills'
+            else:
+                assert number.measured_on_gpu or tuning.NOT_MEASURED_ON_GPU in number.source, (platform, number)
+                assert "seed" in number.source or "vLLM" in number.source or tuning.NOT_MEASURED_ON_GPU in number.source
 
 
 def test_metrics_doc_lists_every_signal_and_threshold():

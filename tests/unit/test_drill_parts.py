@@ -258,3 +258,12 @@ def test_a_rerun_removes_only_what_the_previous_drill_wrote(tmp_path):
     folder.marker.write_text("../../etc\n/etc/passwd\nuser-missing.txt\n")  # a damaged marker points nowhere
     folder.claim()
     assert (folder.path / "user.txt").read_text() == "kept"
+
+
+def test_a_report_an_older_drill_wrote_without_a_marker_is_still_its_own(tmp_path):
+    old = tmp_path / "demo"
+    (old / "logs" / "default").mkdir(parents=True)
+    for name in ("summary.md", "results.json", "default.png", "requests-default.csv"):
+        (old / name).write_text("old")
+    ReportDir(old).claim()
+    assert sorted(p.name for p in old.iterdir()) == [".kvscope-drill"]

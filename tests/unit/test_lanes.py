@@ -216,10 +216,11 @@ def test_the_gateway_holds_a_second_long_prompt_until_the_first_leaves_the_engin
 def test_a_held_request_that_passes_its_deadline_gets_504_and_frees_its_place():
     async def scenario() -> None:
         engine = _Engine()
-        gateway, _ = _gateway(engine, GatewayConfig(tiers={"default": Tier(deadline_seconds=0.2)}), pool=20_000)
+        gateway, _ = _gateway(engine, GatewayConfig(tiers={"default": Tier(deadline_seconds=1.0)}), pool=20_000)
         first, second = _Client(6000), _Client(6000)
         calls = [_call(gateway, c) for c in (first, second)]
-        await asyncio.sleep(0.5)
+        # the first holds the lane until released, so the second can only leave by its deadline
+        await asyncio.wait_for(calls[1], timeout=60)
         assert second.status == 504 and "waiting at the gateway for the 'bulk' class's KV share" in second.error
         assert engine.entered == [6000] and gateway.lanes["bulk"].waiting == 0
         engine.release.set()

@@ -9,7 +9,7 @@ from kvscope import catalog, promtext
 from tests.fakes.nvml import fake_node
 
 
-def watch(fake, until, timeout=5.0):
+def watch(fake, until, timeout=30.0):
     nvml = Nvml(fake)
     nvml.init()
     counts = XidCounts(clock=lambda: 1000.0)
