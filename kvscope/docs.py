@@ -11,6 +11,7 @@ import sys
 
 from kvscope import catalog, config, paths, thresholds, tuning
 from kvscope.gpu_models import FIELDS, MODELS
+from kvscope.promql import Selector
 
 METRICS_FILE = "metrics.md"
 TUNING_FILE = "tuning.md"
@@ -120,7 +121,7 @@ def _config_keys() -> list[str]:
         + ", ".join(catalog.SLO_WINDOWS)
         + " |",
         "| `selectors.engine`, `selectors.gpu` | none | label matchers added to every engine / GPU query of the "
-        "alerts, dashboards and diagnosis, e.g. `'{job=\"vllm\"}'` |",
+        f"alerts, dashboards and diagnosis, e.g. `'{Selector.of(job='vllm')}'` |",
         f"| `gpu_models.<model>.<field>` | {', '.join(MODELS)} | datasheet overrides, or a new model with every "
         f"field: {', '.join(FIELDS)} |",
         "| `gateway` | no keys, one anonymous tenant | `kvscope serve`'s tenants, tiers, limits and QoS "

@@ -26,11 +26,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kvscope.catalog import Signal
+from kvscope.durations import format_duration, parse_duration
 
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-# A range or step: a Prometheus duration, or a Grafana variable ($__rate_interval, ${window}).
-_WINDOW = re.compile(r"(\d+(ms|s|m|h|d|w|y))+|\$\{?\w+\}?")
+# A range or step is a Prometheus duration, or a Grafana variable ($__rate_interval, ${window}).
+_VARIABLE = re.compile(r"\$\{?\w+\}?")
 Op = Literal["=", "!=", "=~", "!~"]
 _OPS: tuple[Op, ...] = ("=~", "!~", "!=", "=")  # longest first, for parsing
 Kind = Literal["selector", "range", "atom", "binary"]
@@ -53,8 +54,14 @@ def _label(name: str) -> str:
 
 
 def _window(text: str) -> str:
-    if not _WINDOW.fullmatch(text):
-        raise ValueError(f"not a range: {text!r} (use a duration such as 5m)")
+    if _VARIABLE.fullmatch(text):
+        return text
+    try:
+        parse_duration(text)
+    except ValueError:
+        raise ValueError(f"not a range: {text!r} (use a duration such as 5m)") from None
+    if text != text.strip() or "." in text:
+        raise ValueError(f"not a range: {text!r} (PromQL wants whole units, e.g. 90s)")
     return text
 
 
@@ -408,8 +415,6 @@ _OFFSET = re.compile(r"\boffset\s+([0-9a-z]+)")
 def scale_durations(expr: str, speedup: float, min_range: float = 0.0, min_step: float = 0.0) -> str:
     """An expression with every range, subquery step and offset divided by `speedup` (the drill
     runs the generated rules on a faster clock); ranges and steps stay at least the minimums."""
-    from kvscope.durations import format_duration, parse_duration
-
     def one_range(m: re.Match[str]) -> str:
         window = format_duration(max(parse_duration(m.group(1)) / speedup, min_range))
         if m.group(2) is None:
