@@ -110,7 +110,8 @@ def _burn_case(slo: d.Slo, fx: d.Fixtures, pair: tuple[str, str, float], factor:
     step = 600 if long_seconds > 6 * 3600 else 60
     at = long_seconds + 20 * step
     points = int(at // step) + 10
-    bad_share = min(0.9, (1 - slo.objective) * factor * (1.5 if fires else 0.9))
+    threshold = (1 - slo.objective) * factor  # < 1: kvscope.yaml refuses objectives that cannot fire
+    bad_share = min(1.5 * threshold, (1 + threshold) / 2) if fires else 0.9 * threshold
     good, total = f"0+{100 * (1 - bad_share):.12g}x{points}", f"0+100x{points}"
     if slo.histogram is not None and slo.bound is not None:
         series = {
@@ -149,17 +150,24 @@ def build_rules(
 def _test(alert: d.Alert, case: d.Case, runbook_base: str, title: str) -> dict[str, Any]:
     checks: list[dict[str, Any]] = []
     minutes = d.case_minutes(alert)
-    if case.value is not None and minutes and case is alert.fires:
-        checks.append({"eval_time": f"{max(minutes - 1, 0)}m", "alertname": alert.name, "exp_alerts": []})
+    at = case.at
+    if minutes:
+        # the condition cannot hold before 0, nor fire before `for` has passed; it holds by
+        # `lead`, so it fires by lead + for, whatever `for` kvscope.yaml set (and the case
+        # just below stays silent then too)
+        if case is alert.fires:
+            checks.append({"eval_time": f"{max(minutes - 1, 0)}m", "alertname": alert.name, "exp_alerts": []})
+        lead = case.lead if case.value is not None else alert.fires.lead
+        at = format_duration(max(parse_duration(case.at), (lead + minutes + 1) * 60))
     if case.value is None:
-        checks.append({"eval_time": case.at, "alertname": alert.name, "exp_alerts": []})
+        checks.append({"eval_time": at, "alertname": alert.name, "exp_alerts": []})
     else:
         labels = {"severity": alert.severity, **case.labels}
         annotations = _annotations(alert, runbook_base)
         expanded = {k: render(v, labels, case.value) for k, v in annotations.items()}
         checks.append(
             {
-                "eval_time": case.at,
+                "eval_time": at,
                 "alertname": alert.name,
                 "exp_alerts": [{"exp_labels": labels, "exp_annotations": expanded}],
             }

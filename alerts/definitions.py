@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -28,13 +29,6 @@ from kvscope.xid_catalog import CATALOG, Bucket, codes
 ENGINE = ("namespace", "pod", "instance", "target", "model_name")
 GPU_BY = ("instance", "Hostname", "gpu")
 RUNBOOK_BASE = "https://github.com/kvscope/kvscope/blob/main/docs/runbooks.md"
-THROTTLE_REASONS = (
-    "sw_power_cap",
-    "hw_slowdown",
-    "sw_thermal_slowdown",
-    "hw_thermal_slowdown",
-    "hw_power_brake_slowdown",
-)
 
 # The test fixtures: one engine and one GPU, labelled as real exporters label them.
 E_LABELS = {"namespace": "prod", "pod": "vllm-0", "instance": "10.0.0.1:8000", "model_name": "m"}
@@ -50,6 +44,7 @@ class Case:
     labels: dict[str, str] = field(default_factory=dict)  # labels the alert carries beyond name/severity
     value: float | None = None  # the alert's $value at `at` (None: the case expects no alert)
     interval: str = "1m"  # promtool's step between input samples
+    lead: int = 0  # minutes by which the condition holds (rate windows fill, a drop begins)
 
 
 @dataclass(frozen=True)
@@ -111,12 +106,62 @@ def _required_labels(selector: Selector) -> dict[str, str]:
         if m.op == "=":
             out[m.name] = m.value
         elif m.op == "=~":
-            first = m.value.split("|")[0]
-            if first and all(ch.isalnum() or ch in "-_." for ch in first):
-                out[m.name] = first
-            else:
-                raise ValueError(f"selector {m}: the generated tests need a literal value to match")
+            value = example_match(m.value)
+            if value is None:
+                raise ValueError(f"selector {m}: no example value matches it for the generated tests")
+            out[m.name] = value
     return out
+
+
+def example_match(pattern: str) -> str | None:
+    """A short string the regular expression matches in full, or None (e.g. `vllm-.*` -> `vllm-`)."""
+    import re._parser as sre  # the parser of Python's own `re`: the tree of a pattern
+
+    def build(items: list) -> str:
+        out = []
+        for op, arg in items:
+            name = str(op)
+            if name == "LITERAL":
+                out.append(chr(arg))
+            elif name == "ANY":
+                out.append("a")
+            elif name == "IN":
+                out.append(_first_in(arg))
+            elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+                low, _, sub = arg
+                out.append(build(list(sub)) * low)
+            elif name == "SUBPATTERN":
+                out.append(build(list(arg[-1])))
+            elif name == "BRANCH":
+                out.append(build(list(arg[1][0])))
+            elif name == "CATEGORY":
+                out.append(_CATEGORY.get(str(arg), "a"))
+            elif name == "AT":
+                continue
+            else:
+                raise ValueError(name)
+        return "".join(out)
+
+    try:
+        candidate = build(list(sre.parse(pattern)))
+    except (ValueError, re.error, TypeError, IndexError):
+        return None
+    return candidate if re.fullmatch(pattern, candidate) else None
+
+
+_CATEGORY = {"CATEGORY_DIGIT": "0", "CATEGORY_WORD": "a", "CATEGORY_SPACE": " ", "CATEGORY_NOT_DIGIT": "a"}
+
+
+def _first_in(items: list) -> str:
+    for op, arg in items:
+        name = str(op)
+        if name == "LITERAL":
+            return chr(arg)
+        if name == "RANGE":
+            return chr(arg[0])
+        if name == "CATEGORY":
+            return _CATEGORY.get(str(arg), "a")
+    return "a"
 
 
 # --- numbers for the cases ------------------------------------------------------------------
@@ -136,11 +181,14 @@ def _minutes(text: str) -> int:
     return int(parse_duration(text) // 60)
 
 
-def _const(value: float, points: int = 10) -> str:
+POINTS = 150  # samples per generated series: enough for a lead, a `for:` of up to an hour, and more
+
+
+def _const(value: float, points: int = POINTS) -> str:
     return f"{value:.12g}x{points}"
 
 
-def _per_minute(rate: float, points: int = 15) -> str:
+def _per_minute(rate: float, points: int = POINTS) -> str:
     """A counter growing `rate` per second, sampled every minute."""
     return f"0+{rate * 60:.12g}x{points}"
 
@@ -166,9 +214,12 @@ def _histogram_case(fx: Fixtures, signal: c.Signal, limit: float, fires: bool) -
     """Bucket series whose p99 is over (fires) or under the limit, and that p99."""
     above, below = _bucket_around(signal, limit)
     lo, hi = above if fires else below
-    series = {fx.engine(signal, "_bucket", le=_le(hi)): "0+10x15", fx.engine(signal, "_bucket", le="+Inf"): "0+10x15"}
+    series = {
+        fx.engine(signal, "_bucket", le=_le(hi)): _per_minute(1 / 6),
+        fx.engine(signal, "_bucket", le="+Inf"): _per_minute(1 / 6),
+    }
     if lo > 0:
-        series[fx.engine(signal, "_bucket", le=_le(lo))] = "0x15"
+        series[fx.engine(signal, "_bucket", le=_le(lo))] = _const(0)
     return series, lo + (hi - lo) * 0.99
 
 
@@ -188,7 +239,7 @@ def _engine_alerts(config: Config) -> list[Alert]:
         hits = metric(c.VLLM_PREFIX_CACHE_HITS, sel).rate(span).sum(ENGINE)
         return hits / metric(c.VLLM_PREFIX_CACHE_QUERIES, sel).rate(span).sum(ENGINE)
 
-    failed = sel.where("finished_reason", "=~", "abort|error")
+    failed = sel & Selector.any_of("finished_reason", c.FINISHED_FAILED)
     errors = metric(c.VLLM_REQUEST_SUCCESS, failed).rate("5m").sum(ENGINE) / metric(c.VLLM_REQUEST_SUCCESS, sel).rate(
         "5m"
     ).sum(ENGINE)
@@ -229,13 +280,17 @@ def _engine_alerts(config: Config) -> list[Alert]:
             "KV-cache usage of {{ $labels.instance }} is {{ $value | humanizePercentage }} and "
             "requests are preempted (or swapped): they recompute their prefill and the queue grows (seed 000).",
             fires=Case(
-                {fx.engine(c.VLLM_KV_CACHE_USAGE): _const(kv_full), fx.engine(c.VLLM_NUM_PREEMPTIONS): "0+3x10"},
+                {
+                    fx.engine(c.VLLM_KV_CACHE_USAGE): _const(kv_full),
+                    fx.engine(c.VLLM_NUM_PREEMPTIONS): _per_minute(0.05),
+                },
                 "4m",
                 fx.engine_labels,
                 kv_full,
+                lead=5,
             ),
             silent=Case(
-                {fx.engine(c.VLLM_KV_CACHE_USAGE): _const(kv_full), fx.engine(c.VLLM_NUM_PREEMPTIONS): "0+0x10"}, "4m"
+                {fx.engine(c.VLLM_KV_CACHE_USAGE): _const(kv_full), fx.engine(c.VLLM_NUM_PREEMPTIONS): _const(0)}, "4m"
             ),
             for_=kv_crit.for_,
         ),
@@ -247,7 +302,11 @@ def _engine_alerts(config: Config) -> list[Alert]:
             '{{ $labels.instance }} preempts {{ $value | printf "%.3g" }} requests per second: '
             "the KV pool is too small for the running set.",
             fires=Case(
-                {fx.engine(c.VLLM_NUM_PREEMPTIONS): _per_minute(2 * pre.value)}, "10m", fx.engine_labels, 2 * pre.value
+                {fx.engine(c.VLLM_NUM_PREEMPTIONS): _per_minute(2 * pre.value)},
+                "10m",
+                fx.engine_labels,
+                2 * pre.value,
+                lead=5,
             ),
             silent=Case({fx.engine(c.VLLM_NUM_PREEMPTIONS): _per_minute(0.8 * pre.value)}, "10m"),
             for_=pre.for_,
@@ -273,7 +332,7 @@ def _engine_alerts(config: Config) -> list[Alert]:
             "warning",
             "vLLM requests wait long in the queue.",
             'p99 time in queue on {{ $labels.instance }} is {{ $value | printf "%.3g" }} s.',
-            fires=Case(queue_fire, "10m", fx.engine_labels, queue_fire_p99),
+            fires=Case(queue_fire, "10m", fx.engine_labels, queue_fire_p99, lead=5),
             silent=Case(queue_quiet, "10m"),
             for_=queue_limit.for_,
         ),
@@ -283,7 +342,7 @@ def _engine_alerts(config: Config) -> list[Alert]:
             "warning",
             "vLLM time to first token is high.",
             'p99 TTFT on {{ $labels.instance }} is {{ $value | printf "%.3g" }} s (seed 002: above 3 s users leave).',
-            fires=Case(ttft_fire, "10m", fx.engine_labels, ttft_fire_p99),
+            fires=Case(ttft_fire, "10m", fx.engine_labels, ttft_fire_p99, lead=5),
             silent=Case(ttft_quiet, "10m"),
             for_=ttft_limit.for_,
         ),
@@ -302,17 +361,18 @@ def _engine_alerts(config: Config) -> list[Alert]:
             f"(it was above {floor.value:.0%} the hour before): shared prefixes stopped being shared (seed 004).",
             fires=Case(
                 {
-                    fx.engine(hits): f"0+{100 * good_hit:.12g}x60 {6000 * good_hit:.12g}+{100 * low_hit:.12g}x30",
-                    fx.engine(queries): "0+100x90",
+                    fx.engine(hits): f"0+{100 * good_hit:.12g}x60 {6000 * good_hit:.12g}+{100 * low_hit:.12g}x90",
+                    fx.engine(queries): "0+100x150",
                 },
                 "80m",
                 fx.engine_labels,
                 low_hit,
+                lead=70,
             ),
             silent=Case(
                 {
-                    fx.engine(hits): f"0+{100 * good_hit:.12g}x60 {6000 * good_hit:.12g}+{100 * good_hit:.12g}x30",
-                    fx.engine(queries): "0+100x90",
+                    fx.engine(hits): f"0+{100 * good_hit:.12g}x60 {6000 * good_hit:.12g}+{100 * good_hit:.12g}x90",
+                    fx.engine(queries): "0+100x150",
                 },
                 "80m",
             ),
@@ -332,6 +392,7 @@ def _engine_alerts(config: Config) -> list[Alert]:
                 "10m",
                 fx.engine_labels,
                 bad_share,
+                lead=5,
             ),
             silent=Case(
                 {
@@ -349,13 +410,21 @@ def _engine_alerts(config: Config) -> list[Alert]:
             "A vLLM target of kvscope export does not answer.",
             "kvscope export on {{ $labels.instance }} cannot scrape {{ $labels.target }}: its engine metrics are gone.",
             fires=Case(
-                {_series(c.TARGET_UP, {"instance": "node-1:9400", "target": "http://10.0.0.1:8000/metrics"}): "0x10"},
+                {
+                    _series(c.TARGET_UP, {"instance": "node-1:9400", "target": "http://10.0.0.1:8000/metrics"}): _const(
+                        0
+                    )
+                },
                 "2m",
                 {"instance": "node-1:9400", "target": "http://10.0.0.1:8000/metrics"},
                 0,
             ),
             silent=Case(
-                {_series(c.TARGET_UP, {"instance": "node-1:9400", "target": "http://10.0.0.1:8000/metrics"}): "1x10"},
+                {
+                    _series(c.TARGET_UP, {"instance": "node-1:9400", "target": "http://10.0.0.1:8000/metrics"}): _const(
+                        1
+                    )
+                },
                 "2m",
             ),
             for_=lim[t.TARGET_DOWN_FOR].for_,
@@ -369,13 +438,14 @@ def _engine_alerts(config: Config) -> list[Alert]:
             "The {{ $labels.collector }} collector of kvscope export on {{ $labels.instance }} fails: "
             "its series are missing.",
             fires=Case(
-                {_series(c.EXPORTER_COLLECTOR_SUCCESS, {"instance": "node-1:9400", "collector": "nvml"}): "0x10"},
+                {_series(c.EXPORTER_COLLECTOR_SUCCESS, {"instance": "node-1:9400", "collector": "nvml"}): _const(0)},
                 "5m",
                 {"instance": "node-1:9400", "collector": "nvml"},
                 0,
             ),
             silent=Case(
-                {_series(c.EXPORTER_COLLECTOR_SUCCESS, {"instance": "node-1:9400", "collector": "nvml"}): "1x10"}, "5m"
+                {_series(c.EXPORTER_COLLECTOR_SUCCESS, {"instance": "node-1:9400", "collector": "nvml"}): _const(1)},
+                "5m",
             ),
             for_="5m",
             diagnose_scope="",
@@ -391,7 +461,8 @@ def _gpu_alerts(config: Config) -> list[Alert]:
     saturation, replays = lim[t.PCIE_SATURATION], lim[t.PCIE_REPLAY_RATE]
 
     def xid_count(matcher: Matcher) -> Expr:
-        return metric(xid, Selector((*sel.matchers, matcher))).increase("5m").sum((*GPU_BY, "xid")).gt(0)
+        # a code's first XID creates its series at 1: counted from zero, not as no increase
+        return metric(xid, Selector((*sel.matchers, matcher))).increase_from_zero("5m").sum((*GPU_BY, "xid")).gt(0)
 
     def xid_alert(name: str, bucket: Bucket, severity: str, what: str, code: int, unknown: int | None = None) -> Alert:
         expr = xid_count(Matcher("xid", "=~", regex_any(codes(bucket))))
@@ -414,7 +485,9 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             "see the XID table on the GPU fleet dashboard.",
             fires=case(code, "0 0 0 1 1 1", True),
             silent=case(code, "0 0 0 0 0 0", False),
-            more=() if unknown is None else (case(unknown, "0 0 0 1 1 1", True),),
+            # an unknown code's series does not exist until its first XID (the exporter pre-creates
+            # the catalogued codes' at 0): it appears at 1
+            more=() if unknown is None else (case(unknown, "_ _ _ 1 1 1", True),),
             diagnose_scope="",
             group="kvscope-gpu",
         )
@@ -422,19 +495,19 @@ def _gpu_alerts(config: Config) -> list[Alert]:
     used, free, reserved = (metric(s, sel) for s in (c.DCGM_FB_USED, c.DCGM_FB_FREE, c.DCGM_FB_RESERVED))
     # FB_RESERVED is missing from older dcgm-exporter counter lists: count it as 0 there
     share = (used / (used + free + reserved.or_(used * 0))).max(GPU_BY)
-    budget = metric(c.ENGINE_MEMORY_BUDGET).max(("instance",))
+    budget = metric(c.ENGINE_MEMORY_BUDGET, sel).max(("instance",))  # written by kvscope export, as the GPU series
     memory = share.gt(budget + over.value, on=("instance",), group_left=()).or_(
         share.gt(full.value).unless(budget, on=("instance",))
     )
     util = metric(c.DCGM_GPU_UTIL, sel)
     throttled = (
-        metric(c.GPU_CLOCK_EVENT_ACTIVE, sel.where("reason", "=~", "|".join(THROTTLE_REASONS)))
+        metric(c.GPU_CLOCK_EVENT_ACTIVE, sel & Selector.any_of("reason", c.THROTTLE_REASONS))
         .over_time("avg", "5m")
         .max(("instance", "gpu"))
         .gt(throttle.value)
         .and_(util.max(("instance", "gpu")).gt(floor.value), on=("instance", "gpu"))
     )
-    tx, rx, cap = metric(c.DCGM_PCIE_TX_BYTES, sel), metric(c.DCGM_PCIE_RX_BYTES, sel), metric(c.GPU_PCIE_LINK_CAPACITY)
+    tx, rx, cap = (metric(s, sel) for s in (c.DCGM_PCIE_TX_BYTES, c.DCGM_PCIE_RX_BYTES, c.GPU_PCIE_LINK_CAPACITY))
 
     def pcie_share(direction: Expr) -> Expr:
         return direction.max(("instance", "gpu")).binop("/", cap.max(("instance", "gpu")), on=("instance", "gpu"))
@@ -478,8 +551,8 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} has been "
             '{{ $value | printf "%.3g" }} % busy for 10 minutes '
             "(seed 002: consolidate or scale down).",
-            fires=Case({fx.gpu(c.DCGM_GPU_UTIL): _const(floor.value / 2, 20)}, "10m", fx.gpu_labels(), floor.value / 2),
-            silent=Case({fx.gpu(c.DCGM_GPU_UTIL): _const(floor.value, 20)}, "10m"),
+            fires=Case({fx.gpu(c.DCGM_GPU_UTIL): _const(floor.value / 2)}, "10m", fx.gpu_labels(), floor.value / 2),
+            silent=Case({fx.gpu(c.DCGM_GPU_UTIL): _const(floor.value)}, "10m"),
             for_=floor.for_,
             diagnose_scope="",
             group="kvscope-gpu",
@@ -525,8 +598,8 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             "last 5 minutes while busy: latency follows the clock.",
             fires=Case(
                 {
-                    fx.gpu(c.GPU_CLOCK_EVENT_ACTIVE, reason="sw_thermal_slowdown"): "1x15",
-                    fx.gpu(c.DCGM_GPU_UTIL): _const(min(100.0, 2 * floor.value + 50), 15),
+                    fx.gpu(c.GPU_CLOCK_EVENT_ACTIVE, reason="sw_thermal_slowdown"): _const(1),
+                    fx.gpu(c.DCGM_GPU_UTIL): _const(min(100.0, 2 * floor.value + 50)),
                 },
                 "10m",
                 {"instance": "node-1:9400", "gpu": "3"},
@@ -534,8 +607,8 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             ),
             silent=Case(
                 {
-                    fx.gpu(c.GPU_CLOCK_EVENT_ACTIVE, reason="sw_thermal_slowdown"): "1x15",
-                    fx.gpu(c.DCGM_GPU_UTIL): _const(floor.value / 4, 15),
+                    fx.gpu(c.GPU_CLOCK_EVENT_ACTIVE, reason="sw_thermal_slowdown"): _const(1),
+                    fx.gpu(c.DCGM_GPU_UTIL): _const(floor.value / 4),
                 },
                 "10m",
             ),
@@ -594,7 +667,11 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             'GPU {{ $labels.gpu }} on {{ $labels.Hostname }} replays {{ $value | printf "%.3g" }} PCIe packets per '
             "second: the link is failing.",
             fires=Case(
-                {fx.gpu(c.DCGM_PCIE_REPLAY): _per_minute(2 * replays.value)}, "10m", fx.gpu_labels(), 2 * replays.value
+                {fx.gpu(c.DCGM_PCIE_REPLAY): _per_minute(2 * replays.value)},
+                "10m",
+                fx.gpu_labels(),
+                2 * replays.value,
+                lead=5,
             ),
             silent=Case({fx.gpu(c.DCGM_PCIE_REPLAY): _per_minute(replays.value / 2)}, "10m"),
             for_="5m",
@@ -616,7 +693,12 @@ def _budget_case(fx: Fixtures, over: float, card: float) -> Case:
     used = round(card * (budget + over + 0.02))
     budget_series = _series(
         c.ENGINE_MEMORY_BUDGET,
-        {"instance": G_LABELS["instance"], "target": "http://127.0.0.1:8000/metrics", "model_name": "m"},
+        {
+            "instance": G_LABELS["instance"],
+            "target": "http://127.0.0.1:8000/metrics",
+            "model_name": "m",
+            **fx.gpu_extra,
+        },
     )
     series = {
         fx.gpu(c.DCGM_FB_USED): _const(used),
@@ -639,7 +721,9 @@ def _pcie(fx: Fixtures, rx: float, capacity: float) -> dict[str, str]:
     return {
         fx.gpu(c.DCGM_PCIE_TX_BYTES): _const(rx / 4),
         fx.gpu(c.DCGM_PCIE_RX_BYTES): _const(rx),
-        _series(c.GPU_PCIE_LINK_CAPACITY, {"instance": "node-1:9400", "gpu": "3", "UUID": "GPU-3"}): _const(capacity),
+        _series(
+            c.GPU_PCIE_LINK_CAPACITY, {"instance": "node-1:9400", "gpu": "3", "UUID": "GPU-3", **fx.gpu_extra}
+        ): _const(capacity),
     }
 
 
@@ -680,7 +764,7 @@ def slos(config: Config) -> list[Slo]:
     def within(signal: c.Signal, bound: float) -> Callable[[str], Expr]:
         return rate_of(Selector((*sel.matchers, le(bound))), signal, "_bucket")
 
-    ok = sel.where("finished_reason", "=~", "stop|length|repetition")
+    ok = sel & Selector.any_of("finished_reason", c.FINISHED_OK)
     return [
         Slo(
             "ttft",

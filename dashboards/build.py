@@ -30,7 +30,7 @@ from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 from kvscope import catalog as c
 from kvscope import thresholds as t
 from kvscope.config import Config
-from kvscope.promql import Expr, Matcher, Selector, label_values, metric, quantile
+from kvscope.promql import ANY, Expr, Matcher, Selector, label_values, metric, quantile
 from kvscope.thresholds import Threshold, Thresholds
 
 DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
@@ -51,6 +51,8 @@ class Scope:
     engine: Selector
     gpu: Selector
     limits: Thresholds
+    own_engine: Selector = ANY  # kvscope.yaml's engine selector alone (gateway, cache series)
+    own_gpu: Selector = ANY  # ... and its GPU selector (kvscope export's own GPU series)
 
     @classmethod
     def of(cls, config: Config) -> Scope:
@@ -58,7 +60,15 @@ class Scope:
             {"namespace": "namespace", "instance": "instance", "model_name": "model_name"}
         )
         gpu = config.gpu_selector & _variables({"Hostname": "hostname", "gpu": "gpu"})
-        return cls(engine, gpu, config.thresholds)
+        return cls(engine, gpu, config.thresholds, config.engine_selector, config.gpu_selector)
+
+    def ke(self, signal: c.Signal, extra: Selector | None = None) -> Expr:
+        """A kvscope serve series (no model_name to filter by): the config's engine selector."""
+        return metric(signal, self.own_engine & (extra or Selector()))
+
+    def kg(self, signal: c.Signal, extra: Selector | None = None) -> Expr:
+        """A kvscope export GPU series (labelled gpu, not Hostname): the config's GPU selector."""
+        return metric(signal, self.own_gpu & (extra or Selector()))
 
     def line(self, threshold: Threshold) -> Threshold:
         """The effective threshold for a red line."""
@@ -261,7 +271,7 @@ def overview(sc: Scope) -> Board:
         ),
         span=8,
     )
-    failed = Selector((Matcher("finished_reason", "=~", "abort|error"),))
+    failed = Selector.any_of("finished_reason", c.FINISHED_FAILED)
     errors = sc.e(c.VLLM_REQUEST_SUCCESS, failed).rate(RATE).sum() / sc.e(c.VLLM_REQUEST_SUCCESS).rate(RATE).sum()
     b.add(
         ts("Error ratio (abort + error)", "percentunit", [(errors, "errors")], lines=[(sc.line(t.ERROR_RATIO), "red")]),
@@ -282,7 +292,7 @@ def overview(sc: Scope) -> Board:
         ts(
             "Tokens per tenant",
             "short",
-            [(metric(c.GATEWAY_TOKENS).rate(RATE).sum(("tenant", "kind")), "{{tenant}} {{kind}}")],
+            [(sc.ke(c.GATEWAY_TOKENS).rate(RATE).sum(("tenant", "kind")), "{{tenant}} {{kind}}")],
             stack=True,
         )
     )
@@ -290,7 +300,7 @@ def overview(sc: Scope) -> Board:
         ts(
             "Gateway rejections by reason",
             "reqps",
-            [(metric(c.GATEWAY_REJECTIONS).rate(RATE).sum(("reason",)), "{{reason}}")],
+            [(sc.ke(c.GATEWAY_REJECTIONS).rate(RATE).sum(("reason",)), "{{reason}}")],
             stack=True,
         )
     )
@@ -381,7 +391,7 @@ def overview(sc: Scope) -> Board:
         ts(
             "KV capacity (tokens)",
             "short",
-            [(metric(c.CACHE_CAPACITY_TOKENS).max(("model_name",)), "{{model_name}}")],
+            [(sc.ke(c.CACHE_CAPACITY_TOKENS).max(("model_name",)), "{{model_name}}")],
         )
     )
     b.row("Infrastructure")
@@ -415,7 +425,7 @@ def _gpu_basics(b: Board, sc: Scope) -> None:
     b.add(
         tbl(
             "Engines' memory budgets (gpu_memory_utilization)",
-            [(metric(c.VLLM_CACHE_CONFIG_INFO).count(("gpu_memory_utilization", "model_name")), "")],
+            [(sc.ke(c.VLLM_CACHE_CONFIG_INFO).count(("gpu_memory_utilization", "model_name")), "")],
         ),
         span=8,
     )
@@ -441,7 +451,7 @@ def _gpu_basics(b: Board, sc: Scope) -> None:
         ),
         span=12,
     )
-    capacity = metric(c.GPU_PCIE_LINK_CAPACITY, _variables({"gpu": "gpu"})).max(("gpu",))
+    capacity = sc.kg(c.GPU_PCIE_LINK_CAPACITY, _variables({"gpu": "gpu"})).max(("gpu",))
 
     def link_share(signal: c.Signal) -> Expr:
         return sc.g(signal).max(G_BY).binop("/", capacity, on=("gpu",), group_left=())
@@ -494,8 +504,8 @@ def gpu_fleet(sc: Scope) -> Board:
         span=12,
     )
     b.row("Faults")
-    xids = metric(c.GPU_XID_ERRORS).increase("$__range").sum(("Hostname", "instance", "gpu", "xid")).gt(0)
-    meaning = metric(c.GPU_XID_INFO).max(("xid", "meaning", "action", "bucket"))
+    xids = sc.kg(c.GPU_XID_ERRORS).increase("$__range").sum(("Hostname", "instance", "gpu", "xid")).gt(0)
+    meaning = sc.kg(c.GPU_XID_INFO).max(("xid", "meaning", "action", "bucket"))
     b.add(
         tbl(
             "XIDs in the range (with meaning and action)",
@@ -518,7 +528,7 @@ def gpu_fleet(sc: Scope) -> Board:
             "short",
             [
                 (
-                    metric(c.GPU_CLOCK_EVENT_ACTIVE, _variables({"gpu": "gpu"})).max(("gpu", "reason")).gt(0),
+                    sc.kg(c.GPU_CLOCK_EVENT_ACTIVE, _variables({"gpu": "gpu"})).max(("gpu", "reason")).gt(0),
                     "GPU {{gpu}} {{reason}}",
                 )
             ],
@@ -568,18 +578,18 @@ def gpu_fleet(sc: Scope) -> Board:
     b.add(
         tbl(
             "GPU pairs: common ancestor (NVLink, PCIe switch, host bridge, NUMA, system)",
-            [(metric(c.GPU_TOPOLOGY_LEVEL).max(("instance", "gpu", "peer_gpu", "level")), "")],
+            [(sc.kg(c.GPU_TOPOLOGY_LEVEL).max(("instance", "gpu", "peer_gpu", "level")), "")],
             "Seed 004 section 4.2: tensor parallelism across NUMA nodes ran 3.8x slower.",
         ),
         span=8,
     )
-    b.add(tbl("Engines spanning NUMA nodes", [(metric(c.GPU_ENGINE_NUMA_NODES).gt(0), "")]), span=8)
+    b.add(tbl("Engines spanning NUMA nodes", [(sc.kg(c.GPU_ENGINE_NUMA_NODES).gt(0), "")]), span=8)
     b.add(
         tbl(
             "Processes on GPUs",
             [
-                (metric(c.GPU_PROCESS_INFO).max(("instance", "gpu", "pid", "process_name", "engine")), ""),
-                (metric(c.GPU_PROCESS_MEMORY).max(("instance", "gpu", "pid")), ""),
+                (sc.kg(c.GPU_PROCESS_INFO).max(("instance", "gpu", "pid", "process_name", "engine")), ""),
+                (sc.kg(c.GPU_PROCESS_MEMORY).max(("instance", "gpu", "pid")), ""),
             ],
             unit="bytes",
         ),
@@ -715,7 +725,7 @@ def tenants(sc: Scope) -> Board:
         ts(
             "Requests by tenant and tier",
             "reqps",
-            [(metric(c.GATEWAY_REQUESTS, tsel).rate(RATE).sum(("tenant", "tier")), "{{tenant}} ({{tier}})")],
+            [(sc.ke(c.GATEWAY_REQUESTS, tsel).rate(RATE).sum(("tenant", "tier")), "{{tenant}} ({{tier}})")],
             stack=True,
         )
     )
@@ -725,8 +735,8 @@ def tenants(sc: Scope) -> Board:
             "Token budget left (per minute)",
             "short",
             [
-                (metric(c.GATEWAY_QUOTA_REMAINING, tsel), "left {{tenant}}"),
-                (metric(c.GATEWAY_QUOTA_LIMIT, tsel), "limit {{tenant}}"),
+                (sc.ke(c.GATEWAY_QUOTA_REMAINING, tsel), "left {{tenant}}"),
+                (sc.ke(c.GATEWAY_QUOTA_LIMIT, tsel), "limit {{tenant}}"),
             ],
         )
     )
@@ -734,7 +744,7 @@ def tenants(sc: Scope) -> Board:
         ts(
             "Rejections by reason and tenant",
             "reqps",
-            [(metric(c.GATEWAY_REJECTIONS, tsel).rate(RATE).sum(("reason", "tenant")), "{{tenant}} {{reason}}")],
+            [(sc.ke(c.GATEWAY_REJECTIONS, tsel).rate(RATE).sum(("reason", "tenant")), "{{tenant}} {{reason}}")],
             stack=True,
         )
     )
@@ -742,19 +752,19 @@ def tenants(sc: Scope) -> Board:
         ts(
             "Tokens by tenant",
             "short",
-            [(metric(c.GATEWAY_TOKENS, tsel).rate(RATE).sum(("tenant", "kind")), "{{tenant}} {{kind}}")],
+            [(sc.ke(c.GATEWAY_TOKENS, tsel).rate(RATE).sum(("tenant", "kind")), "{{tenant}} {{kind}}")],
             stack=True,
         )
     )
-    b.add(ts("In flight by tenant", "short", [(metric(c.GATEWAY_INFLIGHT, tsel).sum(("tenant",)), "{{tenant}}")]))
-    lane_tokens = metric(c.GATEWAY_LANE_TOKENS, Selector.of(kind="used")).sum(("priority_class",))
-    lane_capacity = metric(c.GATEWAY_LANE_TOKENS, Selector.of(kind="capacity")).sum(("priority_class",))
+    b.add(ts("In flight by tenant", "short", [(sc.ke(c.GATEWAY_INFLIGHT, tsel).sum(("tenant",)), "{{tenant}}")]))
+    lane_tokens = sc.ke(c.GATEWAY_LANE_TOKENS, Selector.of(kind="used")).sum(("priority_class",))
+    lane_capacity = sc.ke(c.GATEWAY_LANE_TOKENS, Selector.of(kind="capacity")).sum(("priority_class",))
     b.add(
         ts(
             "Held at the gateway for their class's KV share",
             "short",
             [
-                (metric(c.GATEWAY_LANE_WAITING).sum(("priority_class",)), "{{priority_class}} waiting"),
+                (sc.ke(c.GATEWAY_LANE_WAITING).sum(("priority_class",)), "{{priority_class}} waiting"),
                 (lane_tokens / lane_capacity, "{{priority_class}} share used"),
             ],
             description="Tuned profile: long prompts (the bulk class) together hold at most half of the KV "
@@ -765,7 +775,14 @@ def tenants(sc: Scope) -> Board:
         ts(
             "Wait at the gateway p99 by class",
             "s",
-            [(quantile(0.99, c.GATEWAY_LANE_WAIT_SECONDS, window=RATE, by=("priority_class",)), "{{priority_class}}")],
+            [
+                (
+                    quantile(
+                        0.99, c.GATEWAY_LANE_WAIT_SECONDS, window=RATE, by=("priority_class",), selector=sc.own_engine
+                    ),
+                    "{{priority_class}}",
+                )
+            ],
         )
     )
     return b

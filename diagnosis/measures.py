@@ -14,6 +14,7 @@ from enum import StrEnum
 
 from kvscope import catalog
 from kvscope.catalog import Signal
+from kvscope.promql import ANY, Selector
 
 
 class Entity(StrEnum):
@@ -52,9 +53,9 @@ class Measure:
     kind: Kind
     signals: tuple[Signal, ...]  # tried in order: current name first, fallbacks after
     quantile: float | None = None
-    matchers: str = ""  # extra label matchers, e.g. 'finished_reason=~"abort|error"'
+    matchers: Selector = ANY  # extra label matchers (failed requests, throttle reasons)
     denominator: tuple[Signal, ...] = ()  # for ratios
-    denominator_matchers: str = ""
+    denominator_matchers: Selector = ANY
     by: tuple[str, ...] = ()  # extra grouping labels (e.g. xid)
     help: str = ""
 
@@ -161,7 +162,7 @@ MEASURES: tuple[Measure, ...] = (
         E,
         Kind.RATIO,
         c.VLLM_REQUEST_SUCCESS,
-        matchers='finished_reason=~"abort|error"',
+        matchers=Selector.any_of("finished_reason", catalog.FINISHED_FAILED),
         denominator=(c.VLLM_REQUEST_SUCCESS,),
         help="share of requests ending in abort or error",
     ),
@@ -262,7 +263,7 @@ MEASURES: tuple[Measure, ...] = (
         G,
         Kind.GAUGE_AVG,
         c.GPU_CLOCK_EVENT_ACTIVE,
-        matchers='reason=~"sw_power_cap|hw_slowdown|sw_thermal_slowdown|hw_thermal_slowdown|hw_power_brake_slowdown"',
+        matchers=Selector.any_of("reason", catalog.THROTTLE_REASONS),
         by=("reason",),
         help="share of the window a throttle reason was active",
     ),

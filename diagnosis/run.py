@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from diagnosis.findings import INSUFFICIENT_DATA, Severity
-from diagnosis.measures import MEASURES
+from diagnosis.measures import MEASURES, Entity
 from diagnosis.sources import SourceError
 from diagnosis.sources import bundle as bundles
 from diagnosis.sources.prometheus import RECENT, PrometheusSource
@@ -46,7 +46,11 @@ def run(request: Request) -> Diagnosis:
         saved = bundles.load(request.bundle)
         measurements, at, window, source = saved.measurements, saved.at, saved.window, f"bundle {request.bundle}"
     elif request.scrape:
-        scraper = ScrapeSource(request.scrape, interval=request.interval)
+        selectors = {
+            Entity.ENGINE: request.selector & config.engine_selector,
+            Entity.GPU: request.selector & config.gpu_selector,
+        }
+        scraper = ScrapeSource(request.scrape, interval=request.interval, selectors=selectors)
         measurements = scraper.fetch(MEASURES)
         at, window, source = request.at, request.interval, scraper.name
     elif request.prometheus:

@@ -4,14 +4,30 @@ that holds anything else is refused: the drill never deletes what it did not cre
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
 
 MARKER = ".kvscope-drill"
-# What a drill writes into its folder: a folder holding only these (a report written before the
-# marker existed) is a previous drill's, too.
-_OWN = re.compile(r"(summary\.md|results\.json|logs|[a-z]+\.png|requests-[a-z]+\.csv)")
+# What a drill writes into its folder. A folder without a marker (a report written before the
+# marker existed) is a previous drill's only if it holds nothing else and its summary and results
+# are a drill's.
+_OWN = re.compile(r"summary\.md|results\.json|logs|(default|tuned)\.png|requests-(default|tuned)\.csv")
+
+
+def _an_earlier_drills(folder: Path) -> bool:
+    names = [p.name for p in folder.iterdir()]
+    if not names or not all(_OWN.fullmatch(n) for n in names) or "summary.md" not in names:
+        return False
+    try:
+        results = json.loads((folder / "results.json").read_text())
+        summary = (folder / "summary.md").read_text(errors="replace")
+    except (OSError, ValueError):
+        return False
+    logs = folder / "logs"
+    layout = not logs.exists() or {p.name for p in logs.iterdir()} <= {"kvscope-rules.drill.yaml", "default", "tuned"}
+    return isinstance(results, dict) and "scenario" in results and summary.startswith("# kvscope drill") and layout
 
 
 class ReportDirRefused(ValueError):  # noqa: N818 - the user's folder, refused
@@ -28,13 +44,12 @@ class ReportDir:
         if self.path.exists() and not self.path.is_dir():
             raise ReportDirRefused(f"--report {self.path} is a file, not a folder")
         previous: list[str] = []
-        if self.path.is_dir() and not self.marker.is_file():
-            names = [p.name for p in self.path.iterdir()]
-            if not all(_OWN.fullmatch(name) for name in names):
+        if self.path.is_dir() and not self.marker.is_file() and any(self.path.iterdir()):
+            if not _an_earlier_drills(self.path):
                 raise ReportDirRefused(
                     f"--report {self.path} holds files kvscope drill did not write; choose an empty or new folder"
                 )
-            previous = names
+            previous = [p.name for p in self.path.iterdir()]
         self.path.mkdir(parents=True, exist_ok=True)
         for entry in [*self.entries(), *previous]:
             target = self.path / entry

@@ -16,10 +16,8 @@ import yaml
 
 from alerts import build
 from kvscope.config import Config
-from kvscope.durations import format_duration, parse_duration, scaled
+from kvscope.durations import format_duration, parse_duration
 from kvscope.promql import scale_durations
-
-__all__ = ["compress", "scaled", "write"]
 
 
 def compress(rules: dict[str, Any], speedup: float, scrape_interval: float) -> dict[str, Any]:

@@ -17,21 +17,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
 
+from kvscope import catalog
+
 T = TypeVar("T")
 _MIB = 1 << 20
+CLOCK_EVENT_REASONS = catalog.CLOCK_EVENT_REASONS  # nvmlClocksEventReason* bits and their labels
 
-# nvmlClocksEventReason* bits (nvml.h) and the label kvscope gives each.
-CLOCK_EVENT_REASONS = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks_setting",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x100: "display_clock_setting",
-}
 
 # nvmlDeviceGetTopologyCommonAncestor levels and kvscope's names (nvidia-smi topo -m).
 TOPOLOGY_LEVELS = {

@@ -420,6 +420,33 @@ DCGM_EXP_CLOCK_EVENTS_COUNT = _dcgm(
     "clock_event",
 )
 
+# --- label values that rules and checks select on ------------------------------------------
+
+# vLLM's finished_reason values: requests that failed, and those that finished as asked.
+FINISHED_FAILED = ("abort", "error")
+FINISHED_OK = ("stop", "length", "repetition")
+# nvmlClocksEventReason* bits (nvml.h; DCGM_FI_DEV_CLOCKS_EVENT_REASONS is the same bitmask) and
+# the `reason` label kvscope_gpu_clock_event_active gives each.
+CLOCK_EVENT_REASONS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+# The reasons that mean "held down by power or temperature" (the others are by design).
+THROTTLE_REASONS = (
+    "sw_power_cap",
+    "hw_slowdown",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+)
+
 # --- kvscope's own: serving (stat-logger plugin + gateway) -------------------------------
 
 _REQ = ("model_name",)

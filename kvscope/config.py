@@ -25,7 +25,9 @@ YAML + pydantic loader every component uses for its section.
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,6 +90,11 @@ def validate(model: type[M], data: object, where: str) -> M:
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+MAX_FOR = 3600.0  # the longest `for:` an override may set (the generated tests cover up to it)
+# Pairs whose order a user must keep: (lower, higher).
+ORDERED = (("kv_usage_warning", "kv_usage_critical"), ("gpu_util_floor", "gpu_util_busy"))
 
 
 class ThresholdSetting(_Strict):
@@ -172,6 +179,14 @@ class Slo(_Strict):
     def _both_severities(self) -> Slo:
         if {w.severity for w in self.windows} != {"critical", "warning"}:
             raise ValueError("windows: needs at least one critical (page) and one warning (ticket) pair")
+        for name in ("ttft", "itl", "errors"):
+            budget = 1 - getattr(self, name).objective
+            for w in self.windows:
+                if w.factor * budget >= 1:
+                    raise ValueError(
+                        f"{name}: with objective {1 - budget:g} the {w.factor:g}x burn over {w.long} would need an "
+                        "error ratio above 100 %: that alert could never fire (raise the objective or lower the factor)"
+                    )
         return self
 
 
@@ -217,13 +232,21 @@ class ConfigFile(_Strict):
                 raise ValueError(f"unknown threshold {key!r} (see docs/metrics.md for the keys)")
             value = setting.value if isinstance(setting, ThresholdSetting) else setting
             low, high = known[key].bounds
-            if not low < value <= high:
+            if not math.isfinite(value) or not low < value <= high:
                 raise ValueError(f"{key} must be in ({low:g}, {high:g}] ({known[key].unit}), not {value:g}")
             if isinstance(setting, ThresholdSetting) and setting.for_ is not None:
                 try:
-                    parse_duration(setting.for_)
+                    seconds = parse_duration(setting.for_, strict=True)
                 except ValueError as exc:
                     raise ValueError(f"{key}.for: {exc}") from None
+                if seconds % 60 or seconds > MAX_FOR:
+                    raise ValueError(f"{key}.for must be whole minutes up to 1h, not {setting.for_!r}")
+        merged = {t.key: t.value for t in known.values()} | {
+            k: (s.value if isinstance(s, ThresholdSetting) else s) for k, s in v.items()
+        }
+        for lower, higher in ORDERED:
+            if merged[lower] >= merged[higher]:
+                raise ValueError(f"{lower} ({merged[lower]:g}) must stay below {higher} ({merged[higher]:g})")
         return v
 
     @model_validator(mode="after")
@@ -318,10 +341,20 @@ def with_slo(config: Config, **values: float | None) -> Config:
     return Config(validate(ConfigFile, data, "flags"), config.path)
 
 
+# Keys whose values are secrets wherever they appear (a limit named max_tokens is not one).
+SECRET_KEYS = frozenset({"api_keys", "api_key_sha256", "admin_keys", "bearer_token", "password", "secret", "token"})
+_USERINFO = re.compile(r"(?<=://)([^/@:]*):[^/@]*@")
+
+
 def redact(key: str, value: object) -> object:
-    """Secrets (API keys, tokens, passwords) shown as `***`."""
-    secret = any(word in key.lower() for word in ("key", "token", "password", "secret"))
-    return "***" if secret and value not in (None, "", [], ()) else value
+    """Secrets shown as `***`: the values of SECRET_KEYS, and passwords inside URLs."""
+    if key in SECRET_KEYS and value not in (None, "", [], ()):
+        return "***"
+    if isinstance(value, str):
+        return _USERINFO.sub(r"\1:***@", value)
+    if isinstance(value, list):
+        return [redact("", v) for v in value]
+    return value
 
 
 @dataclass(frozen=True)
@@ -372,10 +405,10 @@ def _flatten(rows: list[Row], prefix: tuple[str, ...], value: object, config: Co
     if isinstance(value, dict) and value:
         for k, v in value.items():
             sub = given.get(k) if isinstance(given, dict) else None
-            if any(w in str(k).lower() for w in ("key", "token", "password", "secret")):
+            if str(k) in SECRET_KEYS:
                 rows.append(Row(".".join((*prefix, str(k))), redact(str(k), v), config.origin if sub else DEFAULT))
                 continue
             _flatten(rows, (*prefix, str(k)), v, config, sub)
         return
     source = config.origin if given is not None else DEFAULT
-    rows.append(Row(".".join(prefix), value, source))
+    rows.append(Row(".".join(prefix), redact(prefix[-1] if prefix else "", value), source))

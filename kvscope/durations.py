@@ -13,14 +13,23 @@ _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
 _WRITE = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
 
 
-def parse_duration(text: str) -> float:
-    """'15m', '1h30m', '90s', '250ms' (Prometheus syntax; decimals accepted) -> seconds > 0.
+_ORDER = ("y", "w", "d", "h", "m", "s", "ms")
+
+
+def parse_duration(text: str, strict: bool = False) -> float:
+    """'15m', '1h30m', '90s', '250ms' -> seconds > 0; decimals accepted unless `strict`, which
+    takes only what Prometheus itself parses (whole numbers, each unit once, largest first).
 
     ValueError with the accepted forms on anything else.
     """
     text = text.strip()
     if not text or _PART.sub("", text):
         raise ValueError(f"not a duration: {text!r} (use e.g. 15m, 1h, 90s)")
+    if strict:
+        units = [u for _, u in _PART.findall(text)]
+        ordered = [_ORDER.index(u) for u in units]
+        if "." in text or ordered != sorted(set(ordered)):
+            raise ValueError(f"not a Prometheus duration: {text!r} (whole units, largest first, e.g. 1h30m)")
     seconds = sum(float(n) * _UNITS[u] for n, u in _PART.findall(text))
     if seconds <= 0 or not math.isfinite(seconds):
         raise ValueError(f"the duration must be positive, not {text!r}")

@@ -34,7 +34,7 @@ METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _VARIABLE = re.compile(r"\$\{?\w+\}?")
 Op = Literal["=", "!=", "=~", "!~"]
 _OPS: tuple[Op, ...] = ("=~", "!~", "!=", "=")  # longest first, for parsing
-Kind = Literal["selector", "range", "atom", "binary"]
+Kind = Literal["selector", "shifted", "range", "atom", "binary"]  # shifted: a selector with an offset
 
 
 def escape(value: str) -> str:
@@ -45,6 +45,19 @@ def escape(value: str) -> str:
 def regex_any(values: Iterable[object]) -> str:
     """A regular expression matching exactly one of `values` (for `=~`)."""
     return "|".join(re.escape(str(v)) for v in values)
+
+
+_NOT_RE2 = re.compile(r"\(\?[=!<]|\\[1-9]")  # lookaround and backreferences: RE2 has neither
+
+
+def _check_regex(pattern: str) -> None:
+    """A regular expression Prometheus (RE2) accepts; ValueError naming the problem."""
+    if _NOT_RE2.search(pattern):
+        raise ValueError(f"regex {pattern!r}: lookarounds and backreferences are not RE2 (Prometheus)")
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"regex {pattern!r} does not compile: {exc}") from None
 
 
 def _label(name: str) -> str:
@@ -82,6 +95,8 @@ class Matcher:
         _label(self.name)
         if self.op not in _OPS:
             raise ValueError(f"not a label matcher operator: {self.op!r}")
+        if self.op in ("=~", "!~"):
+            _check_regex(self.value)
 
     def __str__(self) -> str:
         return f"{self.name}{self.op}{escape(self.value)}"
@@ -119,6 +134,8 @@ class Selector:
             if op is None:
                 raise ValueError(f"selector {text!r}: expected =, !=, =~ or !~ after {name.group()!r}")
             value, pos = _string(body, _skip(body, pos + len(op)), text)
+            if name.group() == "__name__":
+                raise ValueError(f"selector {text!r}: choose series by label, not by __name__")
             matchers.append(Matcher(name.group(), op, value))
             pos = _skip(body, pos)
             if pos < len(body):
@@ -126,6 +143,11 @@ class Selector:
                     raise ValueError(f"selector {text!r}: expected ',' at {body[pos:]!r}")
                 pos += 1
         return cls(tuple(matchers))
+
+    @classmethod
+    def any_of(cls, name: str, values: Iterable[object]) -> Selector:
+        """`name` equal to one of `values` (a `=~` of the escaped alternatives)."""
+        return cls((Matcher(name, "=~", regex_any(values)),))
 
     def where(self, name: str, op: Op, value: str) -> Selector:
         return Selector((*self.matchers, Matcher(name, op, value)))
@@ -203,6 +225,8 @@ class Expr:
             return self._map(lambda a: f"{a}[{window}]", "range")
         if self.kind == "range":
             raise ValueError("a range of a range")
+        if self.kind == "shifted":
+            raise ValueError("the range goes before the offset: x[5m] offset 1m")
         step_text = _window(step) if step else ""
         return self._map(lambda a: f"({a})[{window}:{step_text}]", "range")
 
@@ -210,7 +234,7 @@ class Expr:
         if self.kind not in ("selector", "range"):
             raise ValueError("offset applies to a selector, a range or a subquery")
         shift = _window(shift)
-        return self._map(lambda a: f"{a} offset {shift}", self.kind)
+        return self._map(lambda a: f"{a} offset {shift}", "shifted" if self.kind == "selector" else self.kind)
 
     # --- functions ------------------------------------------------------------------------
     def fn(self, name: str, *args: str, first: Sequence[str] = ()) -> Expr:
@@ -233,6 +257,13 @@ class Expr:
 
     def increase(self, window: str | None = None) -> Expr:
         return self._over("increase", window)
+
+    def increase_from_zero(self, window: str) -> Expr:
+        """Per series, `increase()` over the window, and for a counter born inside it its value
+        (it counts from zero: increase() gives 0 for one that appears at 1 and stays there)."""
+        if self.kind != "selector":
+            raise ValueError("increase_from_zero needs a selector")
+        return self.unless(self.offset(window)).binop("or", self.increase(window))
 
     def deriv(self, window: str | None = None) -> Expr:
         return self._over("deriv", window)
@@ -415,14 +446,23 @@ _OFFSET = re.compile(r"\boffset\s+([0-9a-z]+)")
 def scale_durations(expr: str, speedup: float, min_range: float = 0.0, min_step: float = 0.0) -> str:
     """An expression with every range, subquery step and offset divided by `speedup` (the drill
     runs the generated rules on a faster clock); ranges and steps stay at least the minimums."""
+
     def one_range(m: re.Match[str]) -> str:
         window = format_duration(max(parse_duration(m.group(1)) / speedup, min_range))
         if m.group(2) is None:
             return f"[{window}]"
         return f"[{window}:{format_duration(max(parse_duration(m.group(2)) / speedup, min_step))}]"
 
+    strings: list[str] = []  # label values are left alone: `pod=~"vllm[ab]"` is no range
+
+    def hide(m: re.Match[str]) -> str:
+        strings.append(m.group(0))
+        return f'"{len(strings) - 1}"'
+
+    expr = re.sub(r'"(?:[^"\\]|\\.)*"', hide, expr)
     expr = _RANGE.sub(one_range, expr)
-    return _OFFSET.sub(lambda m: f"offset {format_duration(parse_duration(m.group(1)) / speedup)}", expr)
+    expr = _OFFSET.sub(lambda m: f"offset {format_duration(parse_duration(m.group(1)) / speedup)}", expr)
+    return re.sub(r'"(\d+)"', lambda m: strings[int(m.group(1))], expr)
 
 
 # --- the reader ---------------------------------------------------------------------------

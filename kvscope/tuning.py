@@ -61,7 +61,9 @@ WATERMARK = {  # --watermark: share of KV blocks admission keeps free
 }
 GPU_MEMORY_UTILIZATION = Number(0.88, "seed 000 fix 1.3: 0.95 left no headroom and OOMed; 0.88", True)
 BLOCK_SIZE = Number(32, "seed 000 fix 1.1: 16-token blocks fragmented the pool at long context", True)
-LONG_CONTEXT_BLOCK_SIZE = Number(64, "past 128K context 64-token blocks halve the block tables")
+LONG_CONTEXT_BLOCK_SIZE = Number(
+    64, "seed 000 discipline 2: block size by context length, 16 at 32K, 32 at 128K, 64 at 256K", True
+)
 # The bulk QoS class's KV lane: long prompts together hold at most this share of the KV pool.
 KV_LANE_SHARE = {
     Platform.HOPPER: Number(0.5, f"{NOT_MEASURED_ON_GPU}: the CPU drill's half of the pool"),

@@ -23,6 +23,7 @@ COMPONENTS = ("serving", "exporter", "diagnosis", "alerts", "dashboards")
 TOP = "drill"
 ROOT = "kvscope.cli"
 PROJECT = (GROUND, *COMPONENTS, TOP)
+OUTSIDE = ("tests", "bench", "scripts")  # the repository's other folders: never imported by the product
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,8 @@ def module_name(path: Path, root: Path) -> str:
 
 
 def imports(tree: ast.AST, module: str, is_package: bool) -> Iterator[tuple[int, str]]:
-    """(line, imported module) for every import in the tree, relative ones resolved."""
+    """(line, imported module) for every import in the tree, relative ones resolved;
+    `from pkg import name` counts as importing `pkg.name` (a submodule or a member of pkg)."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -56,8 +58,7 @@ def imports(tree: ast.AST, module: str, is_package: bool) -> Iterator[tuple[int,
                 target = ".".join([*base, node.module] if node.module else base)
             else:
                 target = node.module or ""
-            yield node.lineno, target
-            for alias in node.names:  # `from serving import cli` imports serving.cli
+            for alias in node.names:
                 yield node.lineno, f"{target}.{alias.name}"
 
 
@@ -68,13 +69,15 @@ def _top(name: str) -> str:
 def allowed(importer: str, imported: str) -> bool:
     """Whether module `importer` may import module `imported` (both dotted names)."""
     src, dst = _top(importer), _top(imported)
+    if dst in OUTSIDE:
+        return src not in PROJECT  # the product never imports tests, benchmarks or scripts
     if dst not in PROJECT:
         return True
     if imported == ROOT or imported.startswith(ROOT + "."):
         return importer == ROOT  # nothing imports the composition root
     if importer == ROOT:
         # the root mounts the components' (and the drill's) sub-apps and reads the ground
-        return dst == GROUND or imported == dst or imported == f"{dst}.cli" or imported.startswith(f"{dst}.cli.")
+        return dst == GROUND or imported == f"{dst}.cli" or imported.startswith(f"{dst}.cli.")
     if src == GROUND:
         return dst == GROUND
     if src in COMPONENTS:

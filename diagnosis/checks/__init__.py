@@ -50,7 +50,7 @@ class Context:
     def engine_budget(self, gpu_labels: dict[str, str]) -> float | None:
         """The gpu_memory_utilization of the engine(s) scraped with a GPU (same `instance`:
         kvscope export re-exposes its node's engines), the largest when several. The alert
-        GPUMemoryOverBudget joins the same way, so the two agree."""
+        GPUMemoryFull joins the same way, so the two agree."""
         shares = []
         for view in self.engines.values():
             for v in view.get("cache_config", []):

@@ -47,7 +47,7 @@ def check(ctx: Context) -> Finding | None:
         )
         ev.append(
             Evidence(
-                query=str(used / (used + free + reserved)),
+                query=str(used / (used + free + reserved.or_(used * 0))),  # the alert's share
                 value=round(f["share"], 4),
                 threshold=round(f["limit"], 4),
                 labels=worst.labels,

@@ -29,8 +29,8 @@ def promql(measure: Measure, window: float, selector: Selector = ANY, recent: fl
     by = (*ENTITY_LABELS[measure.entity], *measure.by)
     w, r = format_duration(window), format_duration(recent)
     before = format_duration(max(window - recent, 60.0))
-    sel = selector & Selector.parse(measure.matchers)
-    den_sel = selector & Selector.parse(measure.denominator_matchers)
+    sel = selector & measure.matchers
+    den_sel = selector & measure.denominator_matchers
     series = either(*(metric(s, sel) for s in measure.signals))
 
     match measure.kind:
@@ -49,9 +49,7 @@ def promql(measure: Measure, window: float, selector: Selector = ANY, recent: fl
         case Kind.RATE_RECENT:
             expr = series.rate(r).sum(by)
         case Kind.INCREASE:
-            # a counter born inside the window has no earlier sample to increase from
-            born = series.unless(series.offset(w)).sum(by)
-            expr = series.increase(w).sum(by).binop("or", born)
+            expr = series.increase_from_zero(w).sum(by)  # a first XID appears at 1 and stays
         case Kind.RATIO | Kind.RATIO_RECENT | Kind.RATIO_BEFORE:
             span, shift = {Kind.RATIO: (w, None), Kind.RATIO_RECENT: (r, None), Kind.RATIO_BEFORE: (before, r)}[
                 measure.kind

@@ -17,17 +17,17 @@ import math
 import re
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
 import httpx
 
-from diagnosis.measures import ENTITY_LABELS, Kind, Measure, Measurements, Value, entity_key
+from diagnosis.measures import ENTITY_LABELS, Entity, Kind, Measure, Measurements, Value, entity_key
 from diagnosis.sources import SourceError
 from kvscope import promtext
 from kvscope.catalog import Signal
-from kvscope.promql import Matcher, Selector
+from kvscope.promql import ANY, Matcher, Selector
 
 Snapshot = list[promtext.Sample]
 Timed = tuple[float, Snapshot]  # (seconds, the samples of every page at that time)
@@ -67,6 +67,7 @@ class ScrapeSource:
     timeout: float = 10.0
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
+    selectors: Mapping[Entity, Selector] = field(default_factory=dict)  # per entity, as --prometheus
 
     @property
     def name(self) -> str:
@@ -98,14 +99,20 @@ class ScrapeSource:
             self.sleep(max(self.interval - (self.clock() - started), 0.0))
             snapshots.append((max(self.clock() - started, 1e-3), self.snapshot(client)))
         elapsed = snapshots[-1][0]
-        return compute(measures, snapshots, f"scrape {self.name} over {elapsed:.0f}s")
+        return compute(measures, snapshots, f"scrape {self.name} over {elapsed:.0f}s", self.selectors)
 
 
-def compute(measures: Sequence[Measure], snapshots: Sequence[Timed], how: str) -> Measurements:
-    """Every measure over time-stamped snapshots (the first and last bound the window)."""
+def compute(
+    measures: Sequence[Measure],
+    snapshots: Sequence[Timed],
+    how: str,
+    selectors: Mapping[Entity, Selector] | None = None,
+) -> Measurements:
+    """Every measure over time-stamped snapshots (the first and last bound the window), on the
+    series the entity's selector (the user's --selector and kvscope.yaml's) matches."""
     out = Measurements()
     for measure in measures:
-        values = _measure(measure, snapshots, how)
+        values = _measure(measure, snapshots, how, (selectors or {}).get(measure.entity, ANY))
         if values:
             out.values[measure.name] = values
     return out
@@ -115,6 +122,7 @@ def compute(measures: Sequence[Measure], snapshots: Sequence[Timed], how: str) -
 
 
 def _matches(labels: dict[str, str], matchers: Sequence[Matcher]) -> bool:
+    """Prometheus' matching: a missing label is the empty string; regexes are anchored."""
     for m in matchers:
         value = labels.get(m.name, "")
         hit = value == m.value if m.op in ("=", "!=") else re.fullmatch(m.value, value) is not None
@@ -171,9 +179,14 @@ def _labels(measure: Measure, group: Group) -> dict[str, str]:
 
 
 def _per_series(
-    measure: Measure, name: str, snapshots: Sequence[Timed], matchers: Sequence[Matcher]
+    measure: Measure, name: str, snapshots: Sequence[Timed], matchers: Sequence[Matcher], born_from_zero: bool = False
 ) -> dict[Group, list[float]]:
-    """One number per series (the range function of the measure's kind), grouped by entity."""
+    """One number per series (the range function of the measure's kind), grouped by entity.
+
+    `born_from_zero`: a counter that first appears inside the window counts from zero, as the
+    PromQL of an INCREASE measure does (`(x unless x offset w) or increase(x[w])`); plain
+    `increase()` (ratios, histograms) counts only the growth between its own samples.
+    """
     span = snapshots[-1][0] - snapshots[0][0]
     out: dict[Group, list[float]] = defaultdict(list)
     for key, points in _series(snapshots, name, matchers).items():
@@ -192,8 +205,9 @@ def _per_series(
         elif kind in (Kind.RATE, Kind.RATE_RECENT):
             number = _increase(points) / span if len(points) >= 2 and span > 0 else None
         elif kind in (Kind.INCREASE, Kind.RATIO, Kind.RATIO_RECENT):
-            # a counter born inside the window counts from zero (the PromQL `unless offset` branch)
-            number = _increase(points) if points[0][0] == snapshots[0][0] else values[-1]
+            born = points[0][0] > snapshots[0][0]
+            grown = _increase(points) if len(points) >= 2 else None
+            number = values[-1] if born and born_from_zero else grown
         elif kind is Kind.CHANGED:
             number = 1.0 if points[0][0] > snapshots[0][0] else min(1.0, _changes(points))
         else:
@@ -220,25 +234,26 @@ def _names(signals: Sequence[Signal]) -> list[str]:
     return [n for s in signals for n in s.names]
 
 
-def _alternative(
-    measure: Measure, index: int, snapshots: Sequence[Timed], matchers: Sequence[Matcher]
-) -> dict[Group, float]:
+def _alternative(measure: Measure, index: int, snapshots: Sequence[Timed], selector: Selector) -> dict[Group, float]:
     """The measure's value per entity under its `index`-th metric name."""
+    matchers = (selector & measure.matchers).matchers
     names = _names(measure.signals)
     name = names[index]
     kind = measure.kind
     if kind in _AGGREGATE:
-        return {g: _AGGREGATE[kind](v) for g, v in _per_series(measure, name, snapshots, matchers).items()}
+        series = _per_series(measure, name, snapshots, matchers, born_from_zero=kind is Kind.INCREASE)
+        return {g: _AGGREGATE[kind](v) for g, v in series.items()}
     if kind in (Kind.RATIO, Kind.RATIO_RECENT):
         dens = _names(measure.denominator)
-        den_matchers = Selector.parse(measure.denominator_matchers).matchers
+        den_matchers = (selector & measure.denominator_matchers).matchers
         numerator = _per_series(measure, name, snapshots, matchers)
         denominator = _per_series(measure, dens[min(index, len(dens) - 1)], snapshots, den_matchers)
-        return {g: sum(numerator.get(g, [0.0])) / sum(d) for g, d in denominator.items() if sum(d) > 0}
+        # A / B keeps only the entities both sides have, as PromQL's one-to-one matching does
+        return {g: sum(numerator[g]) / sum(d) for g, d in denominator.items() if g in numerator and sum(d) > 0}
     if kind is Kind.MEAN:
         sums = _per_series(_as(measure, Kind.INCREASE), name + "_sum", snapshots, matchers)
         counts = _per_series(_as(measure, Kind.INCREASE), name + "_count", snapshots, matchers)
-        return {g: sum(sums.get(g, [0.0])) / sum(c) for g, c in counts.items() if sum(c) > 0}
+        return {g: sum(sums[g]) / sum(c) for g, c in counts.items() if g in sums and sum(c) > 0}
     if kind is Kind.QUANTILE:
         # sum by (le, entity) of each bucket's growth, then Prometheus' interpolation
         by_le: dict[Group, dict[float, float]] = defaultdict(lambda: defaultdict(float))
@@ -260,13 +275,12 @@ def _as(measure: Measure, kind: Kind, by: tuple[str, ...] | None = None) -> Meas
     return replace(measure, kind=kind, by=measure.by if by is None else by)
 
 
-def _measure(measure: Measure, snapshots: Sequence[Timed], how: str) -> list[Value]:
+def _measure(measure: Measure, snapshots: Sequence[Timed], how: str, selector: Selector) -> list[Value]:
     if len(snapshots) < 2:
         return []
-    matchers = Selector.parse(measure.matchers).matchers
     found: dict[Group, tuple[float, str]] = {}
     for index, name in enumerate(_names(measure.signals)):
-        for group, number in _alternative(measure, index, snapshots, matchers).items():
+        for group, number in _alternative(measure, index, snapshots, selector).items():
             found.setdefault(group, (number, f"{how}: {name}"))  # `A or B`: A wins where both exist
     return [Value(number, _labels(measure, group), query) for group, (number, query) in found.items()]
 

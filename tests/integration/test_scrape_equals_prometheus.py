@@ -4,7 +4,9 @@ Prometheus gives for the same measure's PromQL over the same samples.
 
 The samples are real /metrics pages (`../shared/real-pages/`: vLLM with its `engine` label, a
 dcgm-exporter page) and a simulated fleet page, evolved over a minute of 10-second scrapes:
-counters grow (one resets), gauges move, histograms fill bucket by bucket. Prometheus gets them
+counters grow (one resets, one is born inside the window), gauges move, histograms fill bucket
+by bucket. The range semantics are Prometheus 2's (Debian's package: both ends of a range
+included); Prometheus 3 drops the sample at the range's start, and this test would say so. Prometheus gets them
 backfilled (promtool tsdb create-blocks-from openmetrics); the scrape source gets the snapshots.
 """
 
@@ -24,7 +26,7 @@ from diagnosis.sources.prometheus import promql
 from diagnosis.sources.scrape import Timed, compute
 from drill import prometheus_server
 from drill.launcher import running
-from kvscope import promtext
+from kvscope import catalog, promtext
 from kvscope.prometheus import PrometheusClient
 from tests.scenarios.fleet import Simulation, page
 from tests.scenarios.library import scenarios
@@ -91,6 +93,9 @@ def _evolve(pages: dict[str, str], seed: int = 7) -> list[Timed]:
             elif kind in ("gauge", "unknown", "info"):
                 value += rng.uniform(-0.1, 0.1) * max(abs(value), 1.0) if k else 0.0
             samples.append(promtext.Sample(name, labels, value))
+        if k >= 3:  # an XID counter born inside the window, at 1, as a GPU's first XID 79 is
+            labels = {"instance": "dcgm:9400", "gpu": "1", "UUID": "GPU-1", "xid": "79"}
+            samples.append(promtext.Sample(catalog.GPU_XID_ERRORS.name, labels, 1.0))
         snapshots.append((k * STEP, samples))
     return snapshots
 

@@ -26,9 +26,9 @@ def test_without_a_file_every_value_is_the_default(monkeypatch):
 
 
 def test_the_environment_names_the_file_and_the_flag_wins(tmp_path, monkeypatch):
-    env = write(tmp_path, "thresholds: {kv_usage_critical: 0.8}\n")
+    env = write(tmp_path, "thresholds: {kv_usage_critical: 0.8, kv_usage_warning: 0.7}\n")
     flag = tmp_path / "other.yaml"
-    flag.write_text("thresholds: {kv_usage_critical: 0.7}\n")
+    flag.write_text("thresholds: {kv_usage_critical: 0.7, kv_usage_warning: 0.6}\n")
     monkeypatch.setenv(config.ENV, str(env))
     assert config.load().thresholds.value(t.KV_USAGE_CRITICAL) == 0.8
     assert config.load(flag).thresholds.value(t.KV_USAGE_CRITICAL) == 0.7
@@ -48,6 +48,12 @@ def test_a_threshold_takes_a_value_or_a_value_and_a_for(tmp_path):
         ("thresholds: {kv_usage_critical: 1.5}", "kv_usage_critical must be in (0, 1]"),
         ("thresholds: {queue_backlog: -3}", "queue_backlog must be in (0, inf]"),
         ("thresholds: {ttft_p99: {value: 2, for: soon}}", "ttft_p99.for"),
+        ("thresholds: {ttft_p99: {value: 2, for: 1.5m}}", "not a Prometheus duration"),
+        ("thresholds: {ttft_p99: {value: 2, for: 30s5m}}", "not a Prometheus duration"),
+        ("thresholds: {ttft_p99: {value: 2, for: 2h}}", "whole minutes up to 1h"),
+        ("thresholds: {queue_backlog: .inf}", "queue_backlog must be in"),
+        ("thresholds: {kv_usage_warning: 0.95}", "kv_usage_warning (0.95) must stay below kv_usage_critical (0.9)"),
+        ("slo: {ttft: {objective: 0.9}}", "could never fire"),
         ("slo: {ttft: {seconds: 3}}", "must be a bucket bound of vllm:time_to_first_token_seconds"),
         ("slo: {errors: {objective: 1}}", "slo.errors.objective"),
         ("slo: {windows: [{severity: critical, long: 2d, short: 5m, factor: 2}]}", "recorded windows"),
@@ -90,10 +96,10 @@ def test_gpu_model_overrides_change_the_table(tmp_path):
 def test_config_show_prints_every_value_with_its_source_and_hides_secrets(tmp_path, capsys):
     path = write(
         tmp_path,
-        "thresholds: {kv_usage_critical: 0.8}\n"
+        "thresholds: {kv_usage_critical: 0.8, kv_usage_warning: 0.7}\n"
         "slo: {ttft: {seconds: 5}}\n"
-        "gateway: {tiers: {gold: {}}, tenants: {acme: {tier: gold, api_keys: [sk-secret]}}}\n"
-        "export: {bearer_token: t0ken, gpu: emulated}\n",
+        "gateway: {tiers: {gold: {max_tokens: 64}}, tenants: {acme: {tier: gold, api_keys: [sk-secret]}}}\n"
+        "export: {bearer_token: t0ken, gpu: emulated, vllm: ['http://user:hunter2@10.0.0.1:8000/metrics']}\n",
     )
     assert main(["config", "show", "--config", str(path), "--format", "json"]) == exitcodes.OK
     shown = json.loads(capsys.readouterr().out)
@@ -109,6 +115,9 @@ def test_config_show_prints_every_value_with_its_source_and_hides_secrets(tmp_pa
     assert values["slo.ttft.objective"]["source"] == "default"
     assert values["gateway.tenants.acme.api_keys"]["value"] == "***"
     assert values["export.bearer_token"]["value"] == "***" and values["export.gpu"]["value"] == "emulated"
-    assert "sk-secret" not in json.dumps(shown) and "t0ken" not in json.dumps(shown)
+    assert values["gateway.tiers.gold.max_tokens"]["value"] == 64  # a limit, not a secret
+    assert values["export.vllm"]["value"] == ["http://user:***@10.0.0.1:8000/metrics"]
+    for secret in ("sk-secret", "t0ken", "hunter2"):
+        assert secret not in json.dumps(shown)
     assert main(["config", "show", "--config", str(path)]) == exitcodes.OK
     assert "thresholds.kv_usage_critical" in capsys.readouterr().out

@@ -114,3 +114,17 @@ def test_the_scrape_source_without_a_step_takes_two_samples():
     assert source.taken == 2
     assert measured.values["kv_usage_max"][0].value == 0.5
     assert measured.values["preemption_rate"][0].value == pytest.approx(0.2)
+
+
+def test_the_scrape_source_honours_the_selector():
+    from diagnosis.measures import Entity
+
+    two = "\n".join(
+        f'{catalog.VLLM_KV_CACHE_USAGE.name}{{namespace="{ns}",model_name="m"}} {kv}'
+        for ns, kv in (("a", 0.9), ("b", 0.2))
+    )
+    selectors = {Entity.ENGINE: Selector.parse('{namespace="b"}')}
+    source = _Pages([two, two], interval=10, step=0)
+    source.selectors = selectors
+    measured = source.fetch([BY_NAME["kv_usage_max"]])
+    assert [(v.labels["namespace"], v.value) for v in measured.values["kv_usage_max"]] == [("b", 0.2)]

@@ -17,7 +17,7 @@ from diagnosis.findings import VOCABULARY
 from drill import report, rules, scenarios
 from drill.observe import AlertLog, Fired, Series
 from drill.prometheus_server import binary, write_config
-from drill.report_dir import ReportDir
+from drill.report_dir import ReportDir, ReportDirRefused
 from drill.results import ProfileRun, comparison_rows, percentile
 from drill.stack import Ports
 from drill.traffic import Outcome, Prompts
@@ -263,7 +263,17 @@ def test_a_rerun_removes_only_what_the_previous_drill_wrote(tmp_path):
 def test_a_report_an_older_drill_wrote_without_a_marker_is_still_its_own(tmp_path):
     old = tmp_path / "demo"
     (old / "logs" / "default").mkdir(parents=True)
-    for name in ("summary.md", "results.json", "default.png", "requests-default.csv"):
+    (old / "summary.md").write_text("# kvscope drill kv-avalanche\n")
+    (old / "results.json").write_text('{"scenario": "kv-avalanche"}')
+    for name in ("default.png", "requests-default.csv"):
         (old / name).write_text("old")
     ReportDir(old).claim()
     assert sorted(p.name for p in old.iterdir()) == [".kvscope-drill"]
+    # the same names, but not a drill's: refused, nothing removed
+    photos = tmp_path / "photos"
+    (photos / "logs").mkdir(parents=True)
+    (photos / "summary.md").write_text("my notes")
+    (photos / "default.png").write_text("a picture")
+    with pytest.raises(ReportDirRefused):
+        ReportDir(photos).claim()
+    assert (photos / "default.png").read_text() == "a picture"

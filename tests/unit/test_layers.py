@@ -36,11 +36,16 @@ def test_a_component_importing_another_inside_a_function_is_caught(tmp_path):
     )
     (tmp_path / "kvscope" / "catalog.py").write_text("from drill import run\n")  # the ground reaching up
     (tmp_path / "drill" / "run.py").write_text("from serving import cli\nfrom kvscope.cli import main\n")
-    (tmp_path / "kvscope" / "cli.py").write_text("from serving import cli\nfrom serving.server import run\n")
+    (tmp_path / "kvscope" / "cli.py").write_text(
+        "from serving import cli\nfrom serving.server import run\nimport exporter\n"
+    )
+    (tmp_path / "exporter" / "fixtures.py").write_text("from tests.fakes import nvml\n")  # the product reaching tests
     found = {(v.importer, v.imported) for v in layers.check(tmp_path)}
-    assert ("diagnosis.checks", "serving.planner") in found
-    assert ("kvscope.catalog", "drill") in found
-    assert ("drill.run", "kvscope.cli") in found  # nothing imports the composition root
-    assert ("kvscope.cli", "serving.server") in found  # the root mounts sub-apps, nothing else
+    assert ("diagnosis.checks", "serving.planner.plan") in found
+    assert ("kvscope.catalog", "drill.run") in found
+    assert ("drill.run", "kvscope.cli.main") in found  # nothing imports the composition root
+    assert ("kvscope.cli", "serving.server.run") in found  # the root mounts sub-apps, nothing else
+    assert ("kvscope.cli", "exporter") in found
+    assert ("exporter.fixtures", "tests.fakes.nvml") in found
     assert not any(importer == "drill.run" and imported.startswith("serving") for importer, imported in found)
     assert ("kvscope.cli", "serving.cli") not in found

@@ -18,10 +18,14 @@ from kvscope.cli import main
 CONFIG = """
 thresholds:
   kv_usage_critical: 0.8         # a gauge
+  kv_usage_warning: 0.7
   preemption_rate: 0.5           # a counter's rate
   queue_time_p99: {value: 5, for: 3m}   # a histogram quantile
 slo:
   ttft: {objective: 0.95, seconds: 5}  # a histogram bucket
+selectors:
+  engine: '{job="vllm", pod=~"vllm-.*"}'
+  gpu: '{cluster=~"a|b"}'
 """
 ENGINE = {"instance": "10.0.0.1:8000", "pod": "vllm-0", "namespace": "prod", "model_name": "m"}
 
@@ -60,6 +64,15 @@ def test_the_alerts_take_the_new_numbers(generated):
     assert alerts["VLLMQueueTimeHigh"]["expr"].endswith("> 5") and alerts["VLLMQueueTimeHigh"]["for"] == "3m"
     ttft_slo = next(r for k, r in alerts.items() if k.startswith("slo:sli_error:ratio_rate5m") and "ttft" in k)
     assert 'le=~"5|5\\\\.0"' in ttft_slo["expr"]
+
+
+def test_the_selectors_reach_every_engine_and_gpu_query(generated):
+    alerts = rules(generated["alerts"])
+    assert 'vllm:num_requests_waiting{job="vllm",pod=~"vllm-.*"}' in alerts["VLLMQueueBacklog"]["expr"]
+    assert 'DCGM_FI_DEV_GPU_UTIL{cluster=~"a|b"}' in alerts["GPUUtilLow"]["expr"]
+    assert 'kvscope_gpu_pcie_link_capacity_bytes_per_second{cluster=~"a|b"}' in alerts["GPUPCIeSaturated"]["expr"]
+    kv = panel(generated["dashboards"], "llm-serving-overview", "KV-cache usage per instance")
+    assert all('job="vllm",pod=~"vllm-.*"' in t["expr"] for t in kv["targets"])
 
 
 def test_the_generated_promtool_tests_pass_for_the_new_numbers(generated):

@@ -77,6 +77,9 @@ def test_a_users_selector_is_parsed_or_refused_with_the_reason():
         ('{a=="x"}', "quoted"),
         ('{a="x}', "unterminated"),
         ('{a="x"} or vector(1)', "closing brace"),
+        ('{a=~"("}', "does not compile"),
+        ('{a=~"(?=x)y"}', "not RE2"),
+        ('{__name__=~"vllm:.*"}', "__name__"),
     ):
         with pytest.raises(ValueError, match=why):
             Selector.parse(bad)
@@ -124,6 +127,8 @@ def test_offsets_subqueries_and_windows():
         metric(c.VLLM_NUM_PREEMPTIONS).rate("5 minutes")
     with pytest.raises(ValueError, match="offset"):
         metric(c.VLLM_NUM_PREEMPTIONS).rate("5m").offset("1m")
+    with pytest.raises(ValueError, match="before the offset"):
+        metric(c.VLLM_NUM_PREEMPTIONS).offset("1m").range("5m")
 
 
 def test_regex_alternatives_escape_their_values():
@@ -137,7 +142,7 @@ def test_either_keeps_every_alternative_in_order():
 
 
 def test_a_drill_clock_scales_every_window_offset_and_step():
-    expr = "rate(x[5m]) > 0 and max_over_time((rate(y[10m]))[1h:1m] offset 10m) >= 0.75"
+    expr = 'rate(x{pod=~"vllm[ab]",note="offset 5m"}[5m]) > 0 and max_over_time((rate(y[10m]))[1h:1m] offset 10m)'
     assert scale_durations(expr, 20, min_range=10, min_step=2) == (
-        "rate(x[15s]) > 0 and max_over_time((rate(y[30s]))[3m:3s] offset 30s) >= 0.75"
+        'rate(x{pod=~"vllm[ab]",note="offset 5m"}[15s]) > 0 and max_over_time((rate(y[30s]))[3m:3s] offset 30s)'
     )

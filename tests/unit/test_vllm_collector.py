@@ -53,11 +53,11 @@ def test_a_dead_target_costs_only_its_own_series(healthy):
 
 
 def test_a_slow_target_is_cut_at_the_timeout(healthy):
-    slow = PageServer(VLLM_PAGE, delay=2.0)
+    slow = PageServer(VLLM_PAGE, delay=60.0)  # answers after a minute
     try:
         started = time.monotonic()
         samples = promtext.parse(render(VllmCollector([healthy.url, slow.url], timeout=0.3).collect()).decode())
-        assert time.monotonic() - started < 1.5
+        assert time.monotonic() - started < 30  # cut long before the minute, even on a busy machine
         assert promtext.total(samples, catalog.TARGET_UP.name, target=slow.url) == 0
         assert promtext.total(samples, catalog.TARGET_UP.name, target=healthy.url) == 1
     finally:
