@@ -81,7 +81,7 @@ class PrometheusClient:
                 for chunk in response.iter_bytes():
                     body += chunk
                     if len(body) > self.max_bytes:
-                        raise TooLarge(f"{self.name}{path}: the answer is larger than {self.max_bytes >> 20} MiB")
+                        raise TooLarge(f"{self.name}{path}: the answer is larger than {self.max_bytes:,} bytes")
                 status = response.status_code
         except httpx.HTTPError as exc:
             raise Unreachable(f"Prometheus at {self.name} is unreachable: {exc}") from exc
