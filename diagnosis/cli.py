@@ -8,9 +8,11 @@ from typing import Annotated
 
 import typer
 
+from diagnosis.webhook_config import WebhookConfig
 from kvscope import exitcodes
 from kvscope.cli_support import ConfigOption, choice, fail, load_config
 
+CONFIG_SECTION = ("webhook", WebhookConfig)  # its part of kvscope.yaml, for `kvscope config show`
 app = typer.Typer()
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP token (RFC 9110)
 
@@ -40,7 +42,10 @@ def diagnose(
         list[str] | None,
         typer.Option(help='Extra HTTP header "Name: value" (e.g. X-Scope-OrgID); repeat.'),
     ] = None,
-    bearer_token: Annotated[str | None, typer.Option(help="Bearer token for the API.")] = None,
+    bearer_token: Annotated[
+        str | None, typer.Option(help="Bearer token for the API (visible to `ps`: prefer --bearer-token-file).")
+    ] = None,
+    bearer_token_file: Annotated[Path | None, typer.Option(help="Read the API's bearer token from this file.")] = None,
     interval: Annotated[
         str, typer.Option(help="--scrape: how long to watch (counters rated over it, gauges sampled every second).")
     ] = "10s",
@@ -72,6 +77,10 @@ def diagnose(
         }
     except ValueError as exc:
         fail("diagnose", str(exc))
+    if bearer_token and bearer_token_file:
+        fail("diagnose", "give --bearer-token or --bearer-token-file, not both")
+    if bearer_token_file is not None:
+        bearer_token = _read_token(bearer_token_file)
     from diagnosis.run import Request, run, undiagnosable
 
     request = Request(
@@ -87,8 +96,17 @@ def diagnose(
     )
     if listen:
         from diagnosis.webhook import serve_webhook
+        from diagnosis.webhook_config import ConfigError, credentials, load_webhook_config
 
-        raise typer.Exit(serve_webhook(listen, request, forward=forward, reports_dir=reports_dir))
+        try:
+            webhook = load_webhook_config(settings)
+            secrets = credentials(webhook)
+        except ConfigError as exc:
+            fail("diagnose", str(exc))
+        code = serve_webhook(
+            listen, request, forward=forward, reports_dir=reports_dir, settings=webhook, credentials=secrets
+        )
+        raise typer.Exit(code)
     from diagnosis import report
     from diagnosis.sources import SourceError
 
@@ -108,6 +126,16 @@ def diagnose(
 
         report.render_text(result, Console())
     raise typer.Exit(result.exit_code)
+
+
+def _read_token(path: Path) -> str:
+    try:
+        token = path.read_text(errors="replace").strip()
+    except OSError as exc:
+        fail("diagnose", f"cannot read --bearer-token-file {path}: {exc.strerror}")
+    if not token or not token.isascii() or not token.isprintable():
+        fail("diagnose", f"--bearer-token-file {path} must hold one line of printable ASCII")
+    return token
 
 
 def _header(text: str) -> tuple[str, str]:

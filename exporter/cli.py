@@ -45,9 +45,17 @@ def export(
     ] = None,
     emulated_gpus: Annotated[int | None, typer.Option(help="How many emulated GPUs (default: 4).")] = None,
     emulated_model: Annotated[str | None, typer.Option(help="A model of the GPU table, e.g. H100, H200.")] = None,
+    web_config_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--web.config.file", help="exporter-toolkit web config (TLS, mTLS, bcrypt basic auth), as node_exporter."
+        ),
+    ] = None,
     tls_cert: Annotated[Path | None, typer.Option(help="TLS certificate (PEM).")] = None,
     tls_key: Annotated[Path | None, typer.Option(help="TLS key (PEM).")] = None,
-    bearer_token: Annotated[str | None, typer.Option(help="Require this bearer token.")] = None,
+    bearer_token_file: Annotated[
+        Path | None, typer.Option(help="Require the bearer token in this file (or $KVSCOPE_EXPORT_TOKEN).")
+    ] = None,
     config: ConfigOption = None,
     once: Annotated[bool, typer.Option("--once", help="Print one scrape and exit.")] = False,
 ) -> None:
@@ -69,12 +77,22 @@ def export(
         "collect_interval": collect_interval,
         "emulated_gpus": emulated_gpus,
         "emulated_model": emulated_model,
+        "web_config_file": web_config_file,
         "tls_cert": tls_cert,
         "tls_key": tls_key,
-        "bearer_token": bearer_token,
+        "bearer_token_file": bearer_token_file,
     }
+    for target in vllm or []:
+        if "@" in target.partition("://")[2].partition("/")[0]:
+            fail(
+                "export",
+                f"--vllm {target.split('@')[-1]}: no credentials on the command line (every user can read them); "
+                "put the URL in kvscope.yaml's export.vllm or use vllm_bearer_token_file",
+            )
     try:
         cfg = export_config.from_config(settings, overrides)
+        web = cfg.web()
+        cfg.token()
         assembly = export_config.assemble(cfg, settings.gpu_models)
     except export_config.ConfigError as exc:
         fail("export", str(exc))
@@ -89,7 +107,7 @@ def export(
         raise typer.Exit(exitcodes.OK)
     from exporter.server import serve as serve_exporter
 
-    raise typer.Exit(serve_exporter(cfg, assembly))
+    raise typer.Exit(serve_exporter(cfg, assembly, web))
 
 
 @app.command("inject")

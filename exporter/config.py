@@ -13,9 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from exporter.collectors import Collector, GpuSource
 from exporter.collectors.host import HostCollector
 from exporter.collectors.xid import XidCounts, XidWatcher
+from exporter.web_config import TlsServerConfig, WebConfig, load_web_config
 from kvscope import config as kvscope_config
 from kvscope.config import ConfigError
 from kvscope.gpu_models import DEFAULT_MODELS, GpuModels
+from kvscope.http_auth import read_secret
 
 Backend = Literal["auto", "dcgm", "nvml", "emulated", "none"]
 __all__ = ["Assembly", "BackendUnavailable", "ConfigError", "ExportConfig", "assemble", "load"]
@@ -25,10 +27,14 @@ class BackendUnavailable(RuntimeError):  # noqa: N818 - a state of the machine
     """A GPU backend asked for explicitly is not there (one line, NVML's or DCGM's reason)."""
 
 
-class BasicAuth(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    username: str
-    password: str
+TOKEN_ENV = "KVSCOPE_EXPORT_TOKEN"  # the bearer token scrapers must present, from the environment
+
+
+def _secret(what: str, path: Path | None, env: str | None = None) -> bytes | None:
+    try:
+        return read_secret(what, path, env)
+    except ConfigError as exc:
+        raise ConfigError(f"export: {exc}") from None
 
 
 class ExportConfig(BaseModel):
@@ -44,21 +50,44 @@ class ExportConfig(BaseModel):
     scrape_timeout: float = Field(3.0, gt=0)
     emulated_gpus: int = Field(4, ge=1, le=64)
     emulated_model: str = Field("H100", description="a GPU model of the table (kvscope.yaml gpu_models)")
+    web_config_file: Path | None = Field(None, description="exporter-toolkit web config: TLS, mTLS, basic auth")
     tls_cert: Path | None = None
     tls_key: Path | None = None
-    basic_auth: BasicAuth | None = None
-    bearer_token: str | None = None
+    bearer_token: str | None = Field(None, description="a token scrapers must present (or bearer_token_file)")
+    bearer_token_file: Path | None = None
+    vllm_bearer_token_file: Path | None = Field(None, description="token for the vLLM targets (kvscope serve)")
+    open_probes: bool = Field(True, description="/-/healthy and /-/ready need no auth (kubelet probes)")
+    scrape_max_bytes: int = Field(32 << 20, ge=1 << 16, le=1 << 30, description="largest target page read")
 
     @model_validator(mode="after")
     def _consistent(self) -> ExportConfig:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key go together")
-        if self.basic_auth is not None and self.bearer_token is not None:
-            raise ValueError("choose basic_auth or bearer_token, not both")
+        if self.tls_cert is not None and self.web_config_file is not None:
+            raise ValueError("give TLS in the web config file or as tls_cert/tls_key, not both")
+        if self.bearer_token is not None and self.bearer_token_file is not None:
+            raise ValueError("choose bearer_token or bearer_token_file, not both")
         host, _, port = self.listen_address.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ValueError(f"listen_address must be host:port, not {self.listen_address!r}")
         return self
+
+    def web(self) -> WebConfig:
+        """The web configuration: the file's, or TLS from tls_cert/tls_key."""
+        if self.web_config_file is not None:
+            return load_web_config(self.web_config_file)
+        if self.tls_cert is not None and self.tls_key is not None:
+            return WebConfig(tls_server_config=TlsServerConfig(cert_file=self.tls_cert, key_file=self.tls_key))
+        return WebConfig()
+
+    def token(self) -> bytes | None:
+        """The bearer token scrapers must present, if any (the file, the setting, $KVSCOPE_EXPORT_TOKEN)."""
+        if self.bearer_token is not None:
+            return self.bearer_token.encode()
+        return _secret("exporter bearer token", self.bearer_token_file, TOKEN_ENV)
+
+    def vllm_token(self) -> bytes | None:
+        return _secret("vLLM targets' bearer token", self.vllm_bearer_token_file)
 
     @property
     def host(self) -> str:
@@ -80,6 +109,8 @@ def from_config(config: kvscope_config.Config, overrides: Mapping[str, object]) 
     data = {k.replace("-", "_").replace(".", "_"): v for k, v in config.file.export.items()}
     if "web_listen_address" in data:
         data["listen_address"] = data.pop("web_listen_address")
+    if "web_config_file" not in data and "web_config" in data:
+        data["web_config_file"] = data.pop("web_config")
     data |= {k: v for k, v in overrides.items() if v is not None}
     return kvscope_config.validate(ExportConfig, data, f"{config.origin}: export")
 
@@ -98,7 +129,13 @@ def assemble(config: ExportConfig, models: GpuModels = DEFAULT_MODELS) -> Assemb
     from exporter.collectors.vllm import VllmCollector
 
     collectors: list[Collector] = []
-    vllm = VllmCollector(config.vllm, timeout=config.scrape_timeout) if config.vllm else None
+    vllm = (
+        VllmCollector(
+            config.vllm, timeout=config.scrape_timeout, max_bytes=config.scrape_max_bytes, token=config.vllm_token()
+        )
+        if config.vllm
+        else None
+    )
     if vllm is not None:
         collectors.append(vllm)
     if config.dcgm_exporter:

@@ -1,19 +1,22 @@
 """Fetching and parsing other exporters' pages (vLLM, kvscope serve, dcgm-exporter).
 
-Parsing is prometheus_client's own parser. A page that does not answer in time, or does not
-parse, costs only that target's series: the result says why, and the caller counts it.
+Fetching is kvscope/pages.py's: a total wall-clock deadline, a byte cap, every target at once,
+credentials in the header and never in the `target` label. Parsing is prometheus_client's own
+parser, linear in the page's size. A page that does not answer in time, or does not parse,
+costs only that target's series: the result says why, and the caller counts it.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import httpx
 from prometheus_client.core import Metric
 
+from kvscope.pages import DEFAULT_MAX_BYTES, Fetched, Target, fetch_all
 from kvscope.promtext import parse_families
+
+__all__ = ["DEFAULT_MAX_BYTES", "ScrapeResult", "Target", "parse_page", "relabel", "scrape", "scrape_all"]
 
 
 @dataclass
@@ -34,25 +37,24 @@ def parse_page(text: str) -> list[Metric]:
     return families
 
 
-def scrape(client: httpx.Client, url: str, timeout: float, headers: Mapping[str, str] | None = None) -> ScrapeResult:
-    started = time.perf_counter()
+def _parsed(fetched: Fetched) -> ScrapeResult:
+    if fetched.body is None:
+        return ScrapeResult(fetched.url, False, fetched.seconds, error=fetched.error)
     try:
-        response = client.get(url, timeout=timeout, headers=dict(headers or {}))
-        response.raise_for_status()
-        text = response.text
-    except httpx.HTTPError as exc:
-        return ScrapeResult(url, False, time.perf_counter() - started, error=f"{type(exc).__name__}: {exc}")
-    try:
-        families = parse_page(text)
+        families = parse_page(fetched.body.decode("utf-8", "replace"))
     except Exception as exc:  # the parser raises ValueError, TypeError, IndexError, ... on junk
-        return ScrapeResult(
-            url,
-            False,
-            time.perf_counter() - started,
-            error=f"unparseable page: {exc}",
-            parse_error=True,
-        )
-    return ScrapeResult(url, True, time.perf_counter() - started, families)
+        return ScrapeResult(fetched.url, False, fetched.seconds, error=f"unparseable page: {exc}", parse_error=True)
+    return ScrapeResult(fetched.url, True, fetched.seconds, families)
+
+
+def scrape_all(targets: Sequence[Target], deadline: float, max_bytes: int = DEFAULT_MAX_BYTES) -> list[ScrapeResult]:
+    """Every target at once (kvscope/pages.py's bounds), each page parsed."""
+    return [_parsed(f) for f in fetch_all(targets, deadline, max_bytes)]
+
+
+def scrape(target: Target | str, deadline: float, max_bytes: int = DEFAULT_MAX_BYTES) -> ScrapeResult:
+    """One target (see scrape_all)."""
+    return scrape_all([target if isinstance(target, Target) else Target.of(target)], deadline, max_bytes)[0]
 
 
 def relabel(family: Metric, extra: Mapping[str, str]) -> Metric:

@@ -28,7 +28,10 @@ app.add_typer(diagnosis_cli.app)  # diagnose
 app.add_typer(dashboards_cli.app, name="dashboards")
 app.add_typer(alerts_cli.app, name="alerts")
 app.add_typer(drill_cli.app)  # drill
-app.add_typer(config_cli.build(sections=(serving_cli.CONFIG_SECTION, exporter_cli.CONFIG_SECTION)), name="config")
+app.add_typer(
+    config_cli.build(sections=(serving_cli.CONFIG_SECTION, exporter_cli.CONFIG_SECTION, diagnosis_cli.CONFIG_SECTION)),
+    name="config",
+)
 
 # Typer vendors click; its UsageError (unknown command/option, bad value) is BadParameter's base.
 _UsageError: type[Exception] = typer.BadParameter.__mro__[1]

@@ -18,6 +18,7 @@ Found by `--config FILE` on every command, else `$KVSCOPE_CONFIG`, else the defa
       H100: {tdp_w: 600}
     gateway: {...}              # kvscope serve: tenants, tiers, QoS (serving/gateway_config.py)
     export: {...}               # kvscope export: the same keys as its flags (exporter/config.py)
+    webhook: {...}              # kvscope diagnose --listen: auth and bounds (diagnosis/webhook_config.py)
 
 An unknown key or a bad value is a one-line `ConfigError` (exit 64). Here is also the one
 YAML + pydantic loader every component uses for its section.
@@ -222,6 +223,7 @@ class ConfigFile(_Strict):
     gpu_models: dict[str, GpuModelSetting] = Field(default_factory=dict)
     gateway: dict[str, Any] = Field(default_factory=dict, description="kvscope serve's section")
     export: dict[str, Any] = Field(default_factory=dict, description="kvscope export's section")
+    webhook: dict[str, Any] = Field(default_factory=dict, description="kvscope diagnose --listen's section")
 
     @field_validator("thresholds")
     @classmethod
@@ -303,7 +305,7 @@ class Config:
     def gpu_models(self) -> GpuModels:
         return GpuModels({k: v.model_dump() for k, v in self.file.gpu_models.items()})
 
-    def section(self, name: Literal["gateway", "export"], model: type[M]) -> M:
+    def section(self, name: Literal["gateway", "export", "webhook"], model: type[M]) -> M:
         """A component's section, validated by the component's model."""
         data: dict[str, Any] = getattr(self.file, name)
         return validate(model, data, f"{self.origin}: {name}")
@@ -342,7 +344,9 @@ def with_slo(config: Config, **values: float | None) -> Config:
 
 
 # Keys whose values are secrets wherever they appear (a limit named max_tokens is not one).
-SECRET_KEYS = frozenset({"api_keys", "api_key_sha256", "admin_keys", "bearer_token", "password", "secret", "token"})
+SECRET_KEYS = frozenset(
+    {"api_keys", "api_key_sha256", "admin_keys", "bearer_token", "metrics_token", "password", "secret", "token"}
+)
 _USERINFO = re.compile(r"(?<=://)([^/@:]*):[^/@]*@")
 
 

@@ -24,13 +24,15 @@ class Sample:
     value: float
 
 
+_SAMPLE_NAME = re.compile(r"^([^#\s{][^\s{]*)", re.MULTILINE)
+
+
 def bare_counters(text: str) -> set[str]:
-    """Counters whose samples carry no `_total` suffix on the page."""
-    bare = set()
-    for name in _COUNTER_TYPE.findall(text):
-        if not name.endswith("_total") and re.search(rf"^{re.escape(name)}[{{ ]", text, re.MULTILINE):
-            bare.add(name)
-    return bare
+    """Counters whose samples carry no `_total` suffix on the page (one pass: linear in its size)."""
+    counters = {name for name in _COUNTER_TYPE.findall(text) if not name.endswith("_total")}
+    if not counters:
+        return set()
+    return counters & set(_SAMPLE_NAME.findall(text))
 
 
 def parse_families(text: str) -> list[Metric]:

@@ -14,12 +14,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from serving import qos
+from serving.bodies import bounded_fields, int_field
 from serving.errors import Rejection
 from serving.gateway_config import GatewayConfig, Tier
-from serving.quota import TenantQuotas
-from serving.tokens import COMPLETIONS
+from serving.quota import TenantQuotas, TokenBucket
+from serving.routes import Shape
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # vLLM's and OpenAI's default for /v1/completions
+CHAT_LIKE = (Shape.CHAT, Shape.CHAT_BATCH, Shape.RESPONSES, Shape.MESSAGES)
+
+
+def budget_field(shape: Shape, body: dict[str, Any]) -> str:
+    """The field that caps a request's output tokens, as the shape's API spells it."""
+    if shape is Shape.RESPONSES:
+        return "max_output_tokens"
+    if shape in (Shape.CHAT, Shape.CHAT_BATCH) and body.get("max_completion_tokens") is not None:
+        return "max_completion_tokens"
+    return "max_tokens"
 
 
 @dataclass(frozen=True)
@@ -34,17 +45,6 @@ class Admission:
     clamped_from: int | None  # the client's max_tokens when the tier clamped it
 
 
-def _int_field(body: dict[str, Any], key: str, minimum: int) -> int | None:
-    value = body.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise Rejection(400, "invalid_request", f"'{key}' must be an integer, got {type(value).__name__}", key)
-    if value < minimum:
-        raise Rejection(400, "invalid_request", f"'{key}' must be at least {minimum}, got {value}", key)
-    return value
-
-
 class AdmissionPolicy:
     def __init__(
         self,
@@ -54,12 +54,14 @@ class AdmissionPolicy:
         served_names: Sequence[str],
         qos_enabled: bool,
         quotas: TenantQuotas,
+        request_quotas: TenantQuotas | None = None,
     ) -> None:
         self.config = config
         self.max_model_len = max_model_len
         self.served_names = tuple(served_names)
         self.qos_enabled = qos_enabled
         self.quotas = quotas
+        self.request_quotas = request_quotas or TenantQuotas()
 
     def check_shape(self, body: object) -> dict[str, Any]:
         """The body must be a JSON object naming a served model (or none)."""
@@ -76,7 +78,7 @@ class AdmissionPolicy:
 
     def admit(
         self,
-        path: str,
+        shape: Shape,
         body: dict[str, Any],
         tenant: str,
         tier_name: str,
@@ -84,19 +86,15 @@ class AdmissionPolicy:
         arrival_ms: int,
     ) -> Admission:
         tier = self.config.tiers[tier_name]
-        n = _int_field(body, "n", 1) or 1
-        client_priority = body.get("priority", 0)
-        if not isinstance(client_priority, int) or isinstance(client_priority, bool):
-            raise Rejection(400, "invalid_request", "'priority' must be an integer", "priority")
-        key = "max_tokens"
-        if path != COMPLETIONS and body.get("max_completion_tokens") is not None:
-            key = "max_completion_tokens"
-        requested = _int_field(body, key, 1)
+        n = bounded_fields(body, tier, chat=shape in CHAT_LIKE)
+        client_priority = int_field(body, "priority", 0, tier.max_client_priority) or 0
+        key = budget_field(shape, body)
+        requested = int_field(body, key, 1)
         longest = max(prompt_tokens)
-        max_tokens, clamped_from = self._max_tokens(path, requested, key, tier, longest)
+        max_tokens, clamped_from = self._max_tokens(shape, requested, key, tier, longest)
         reserved = sum(prompt_tokens) + max_tokens * n * len(prompt_tokens)
         self._check_request_cap(tier_name, tier, prompt_tokens, max_tokens, n, reserved)
-        self._take_quota(tenant, tier, reserved)
+        self._take_quota(tenant, tier_name, tier, reserved)
         rewritten = {**body, key: max_tokens}
         if self.qos_enabled:
             assignment = qos.assign(self.config.qos, longest, arrival_ms, tier.priority_delay_ms, client_priority)
@@ -104,6 +102,8 @@ class AdmissionPolicy:
             qos_class, priority = assignment.qos_class, assignment.priority
         else:
             qos_class, priority = qos.classify(self.config.qos, longest).name, client_priority
+        if shape is Shape.MESSAGES:  # Anthropic's Messages API has no priority field to carry it
+            rewritten.pop("priority", None)
         return Admission(
             rewritten,
             tuple(prompt_tokens),
@@ -116,7 +116,7 @@ class AdmissionPolicy:
         )
 
     def _max_tokens(
-        self, path: str, requested: int | None, key: str, tier: Tier, longest: int
+        self, shape: Shape, requested: int | None, key: str, tier: Tier, longest: int
     ) -> tuple[int, int | None]:
         room = self.max_model_len - longest
         if room <= 0:
@@ -130,7 +130,7 @@ class AdmissionPolicy:
             )
         clamp = tier.max_tokens or math.inf
         if requested is None:
-            default = COMPLETIONS_DEFAULT_MAX_TOKENS if path == COMPLETIONS else room
+            default = COMPLETIONS_DEFAULT_MAX_TOKENS if shape is Shape.COMPLETIONS else room
             return int(min(default, clamp, room)), None
         if requested > clamp:
             requested, clamped_from = int(clamp), requested
@@ -166,7 +166,43 @@ class AdmissionPolicy:
                 f"{cap} per request: over by {total - cap}",
             )
 
-    def _take_quota(self, tenant: str, tier: Tier, tokens: int) -> None:
+    def _take_quota(self, tenant: str, tier_name: str, tier: Tier, tokens: int) -> None:
+        requests = self._take_request(tenant, tier)
+        try:
+            self._take_tokens(tenant, tier_name, tier, tokens)
+        except Rejection:
+            if requests is not None:
+                requests.refund(1)  # a refused request does not count against the request budget
+            raise
+
+    def _take_request(self, tenant: str, tier: Tier) -> TokenBucket | None:
+        if tier.requests_per_minute is None:
+            return None
+        bucket = self.request_quotas.bucket(tenant, tier.requests_per_minute)
+        if not bucket.try_take(1):
+            wait = bucket.seconds_until(1)
+            raise Rejection(
+                429,
+                "request_quota_exhausted",
+                f"tenant '{tenant}' is over its request budget of {bucket.per_minute} per minute; "
+                f"retry in {math.ceil(wait)} s",
+                headers={"retry-after": str(max(1, math.ceil(wait))), **bucket.headers("requests")},
+            )
+        return bucket
+
+    def rate_headers(self, tenant: str, tier_name: str) -> dict[str, str]:
+        """OpenAI's x-ratelimit-* headers for the tenant's buckets (tokens, requests)."""
+        tier = self.config.tiers[tier_name]
+        headers: dict[str, str] = {}
+        tokens = self.quotas.get(tenant) if tier.tokens_per_minute is not None else None
+        if tokens is not None:
+            headers |= tokens.headers("tokens")
+        requests = self.request_quotas.get(tenant) if tier.requests_per_minute is not None else None
+        if requests is not None:
+            headers |= requests.headers("requests")
+        return headers
+
+    def _take_tokens(self, tenant: str, tier_name: str, tier: Tier, tokens: int) -> None:
         if tier.tokens_per_minute is None:
             return
         bucket = self.quotas.bucket(tenant, tier.tokens_per_minute)
@@ -186,5 +222,5 @@ class AdmissionPolicy:
                 f"tenant '{tenant}' is over its token budget: the request needs {tokens} tokens, "
                 f"{left} of {bucket.per_minute} per minute are left (short by {tokens - left}); "
                 f"retry in {math.ceil(wait)} s",
-                headers={"retry-after": str(max(1, math.ceil(wait)))},
+                headers={"retry-after": str(max(1, math.ceil(wait))), **self.rate_headers(tenant, tier_name)},
             )

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 SERVED_NAME = "kvscope-demo"
-_FORMAT_VERSION = 2  # bump when the files written change for the same spec
+_FORMAT_VERSION = 3  # bump when the files written change for the same spec
 _MARKER = "kvscope-demo.json"
 
 _CONSONANTS = "bcdfghjklmnprstvwz"
@@ -199,9 +199,13 @@ def _save_bf16_safetensors(tensors: dict[str, np.ndarray], path: Path) -> None:
             f.write(blob)
 
 
+# Like the templates of real chat models, it renders the tool schemas and the tool calls into
+# the prompt: what a gateway must count (issue 11).
 _CHAT_TEMPLATE = (
-    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n"
-    "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+    "{{ bos_token }}{% if tools %}<|system|>\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}{% endif %}"
+    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] if m['content'] is not none else '' }}"
+    "{% if m['tool_calls'] is defined and m['tool_calls'] %}{% for c in m['tool_calls'] %}{{ c | tojson }}"
+    "{% endfor %}{% endif %}{{ '\\n' }}{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
 
 

@@ -1,10 +1,14 @@
 """The gateway: ASGI middleware in front of vLLM's own OpenAI app (the API is not rewritten).
 
-For POST /v1/completions and /v1/chat/completions it authenticates the tenant, reads and
-checks the body, counts prompt tokens with the model's tokenizer, applies admission (limits,
-quota, QoS priority), tags the request for the stat logger, opens a trace span, propagates
-`traceparent`, and enforces the tier's deadline by aborting the request inside the engine
-(its KV blocks are freed). Every refusal is an OpenAI-format JSON error.
+Every request is classified by its route (serving/routes.py, deny by default): generation
+routes pass the key check and the whole admission path; metadata routes need a key when keys
+are configured; /metrics and /ready stay open; admin routes are 404 unless an admin key is
+configured; anything else is a 404. Admission authenticates the tenant, reads and checks the
+body (serving/bodies.py), counts the prompt as the engine will see it (serving/prompts.py),
+applies limits, quota and QoS priority, tags the request for the stat logger, opens a trace
+span, propagates `traceparent`, and enforces the tier's deadline by aborting the request inside
+the engine (its KV blocks are freed). Every refusal is an OpenAI-format JSON error; an
+unexpected failure is a JSON 500 and the engine keeps serving.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
@@ -19,14 +24,17 @@ from functools import partial
 from typing import Any
 
 from opentelemetry import trace
+from starlette._utils import get_route_path
 
-from serving import tracing
+from serving import routes, tracing
 from serving.admission import Admission, AdmissionPolicy
+from serving.bodies import parse_json, read_body
 from serving.errors import Rejection, error_body
 from serving.lanes import KvLane
 from serving.metrics import ServingMetrics
+from serving.prompts import Counted, PromptCounter, TooLong, bad
 from serving.request_tags import FinishedPart, RequestTag, RequestTags, new_request_id
-from serving.tokens import CHAT, COMPLETIONS, PromptTokens, Tokenizer, prompt_tokens
+from serving.routes import Access, Shape
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -34,17 +42,31 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-GUARDED = (COMPLETIONS, CHAT)
+log = logging.getLogger("kvscope.serve")
 TAG_RETENTION_SECONDS = 60.0  # finished-request stats can trail the response a little
 SPAN_WAIT_SECONDS = 5.0
-_THREAD_TOKENIZE_BYTES = 64 << 10  # tokenise big prompts off the event loop
+RESPONSES_TURNS = 8  # the Responses API's engine requests are resp_<id>_0, _1, ...: the turns charged
 _UNKNOWN_TENANT = "unknown"
+# Fields the gateway owns: a client's value would walk around its accounting.
+_OWNED_FIELDS = ("request_id", "kv_transfer_params")
+_BUDGET_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+# A token is at least one byte: a prompt with more bytes than this many per token, times the
+# context, cannot fit, and is refused before it is tokenised.
+MAX_BYTES_PER_TOKEN = 64
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
+def _header(scope: Scope, name: bytes) -> bytes | None:
     for key, value in scope.get("headers", ()):
         if key.lower() == name:
-            return bytes(value).decode("latin-1")
+            return bytes(value)
+    return None
+
+
+def bearer(scope: Scope) -> bytes | None:
+    """The bearer token of the Authorization header, as bytes (None when absent)."""
+    header = _header(scope, b"authorization") or b""
+    if header[:7].lower() == b"bearer ":
+        return header[7:].strip() or None
     return None
 
 
@@ -58,19 +80,18 @@ async def send_json(send: Send, status: int, body: bytes, headers: dict[str, str
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-async def read_body(receive: Receive, limit: int) -> bytes:
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise Rejection(400, "client_disconnected", "the client went away")
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise Rejection(413, "body_too_large", f"the request body is over {limit} bytes")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+def _text_bytes(value: Any) -> int:
+    """UTF-8 bytes of every string in a body (its prompts' text, at most)."""
+    total, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item.encode("utf-8", "surrogatepass"))
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return total
 
 
 @dataclass
@@ -78,7 +99,7 @@ class _Exchange:
     """One admitted request on its way through the engine."""
 
     request_id: str
-    path: str
+    shape: Shape
     tenant: str
     tier: str
     admission: Admission
@@ -90,17 +111,89 @@ class _Exchange:
     streaming: bool = False
     aborted: bool = False
     held: bool = False  # waited at the gateway for its QoS class's KV share
+    entered: bool = False  # handed to vLLM (not only held at the gateway)
+    streamed: int = 0  # SSE events that carried generated output (what a disconnect is charged)
     span_ended: bool = field(default=False, repr=False)
 
     @property
     def engine_ids(self) -> list[str]:
-        if self.path == COMPLETIONS:
-            return [f"cmpl-{self.request_id}-{i}" for i in range(len(self.admission.prompt_tokens))]
+        """The ids vLLM gives this request's engine requests (to abort them on the deadline)."""
+        prompts = range(len(self.admission.prompt_tokens))
+        match self.shape:
+            case Shape.COMPLETIONS:
+                return [f"cmpl-{self.request_id}-{i}" for i in prompts]
+            case Shape.CHAT_BATCH:
+                return [f"chatcmpl-{self.request_id}_{i}" for i in prompts]
+            case Shape.RESPONSES:  # one engine request per turn of a built-in tool loop
+                return [f"resp_{self.request_id}_{turn}" for turn in range(RESPONSES_TURNS)]
         return [f"chatcmpl-{self.request_id}"]
 
     @property
     def expected_parts(self) -> int:
         return len(self.admission.prompt_tokens) * self.admission.n
+
+
+def _resolved(shape: Shape, body: dict[str, Any]) -> Shape:
+    """SageMaker's /invocations runs a completions or a chat body: which one this is."""
+    if shape is not Shape.INVOCATIONS:
+        return shape
+    if "messages" in body and "prompt" not in body:
+        return Shape.CHAT
+    if "prompt" in body and "messages" not in body:
+        return Shape.COMPLETIONS
+    raise bad("an /invocations body carries either 'messages' (chat) or 'prompt' (completions)", "messages")
+
+
+# An SSE event carries generated output (vLLM sends one per token step and choice) when it has
+# text, a content or reasoning delta, a tool call, or is a Responses / Anthropic delta event; the
+# role chunk, `response.created` and the usage chunk carry none.
+_OUTPUT_MARKS = (
+    b'"text":"',
+    b'"content":"',
+    b'"reasoning_content":"',
+    b'"reasoning":"',
+    b'"tool_calls":[',
+    b"response.output_text.delta",
+    b"response.reasoning_text.delta",
+    b'"type":"content_block_delta"',
+)
+_EMPTY_MARKS = (b'"text":""', b'"content":""', b'"reasoning_content":""', b'"reasoning":""')
+
+
+def output_events(chunk: bytes) -> int:
+    """How many events of an SSE chunk carry generated output."""
+    count = 0
+    for event in chunk.split(b"\n\n"):
+        if any(mark in event for mark in _OUTPUT_MARKS):
+            emptied = sum(event.count(mark) for mark in _EMPTY_MARKS)
+            if sum(event.count(mark) for mark in _OUTPUT_MARKS) > emptied:
+                count += 1
+    return count
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """`receive` for the app: the body (already read) first, then the client's next messages."""
+    delivered = False
+
+    async def replay() -> Message:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+def _json_content(scope: Scope) -> None:
+    """A generation body is JSON: another declared type is a 415 (no type at all is read as JSON)."""
+    declared = _header(scope, b"content-type")
+    if declared is None:
+        return
+    kind = declared.split(b";")[0].strip().lower()
+    if kind != b"application/json":
+        shown = kind.decode("latin-1")[:60]
+        raise Rejection(415, "unsupported_media_type", f"the body must be application/json, not {shown!r}")
 
 
 def _lane_reading(lane: KvLane, attr: str) -> float:
@@ -127,22 +220,24 @@ class Gateway:
         app: ASGIApp,
         *,
         policy: AdmissionPolicy,
-        tokenizer: Tokenizer,
+        counter: PromptCounter,
         metrics: ServingMetrics,
         tags: RequestTags,
         abort: Callable[[list[str]], Awaitable[None]],
         model_name: str,
         tracer: trace.Tracer | None = None,
         kv_pool_tokens: int | None = None,
+        root_path: str = "",
     ) -> None:
         self.app = app
         self.policy = policy
-        self.tokenizer = tokenizer
+        self.counter = counter
         self.metrics = metrics
         self.tags = tags
         self.abort = abort
         self.model_name = model_name
         self.tracer = tracer or trace.NoOpTracer()
+        self.root_path = root_path.rstrip("/")
         self.ready = False
         self.draining = False
         self.inflight = 0
@@ -164,22 +259,78 @@ class Gateway:
             self.metrics.lane_waiting.labels(name).set_function(partial(_lane_reading, lane, "waiting"))
         return lanes
 
+    def route_path(self, scope: Scope) -> str:
+        """The path the app routes on: after Starlette's root-path handling (--root-path)."""
+        if self.root_path and not scope.get("root_path"):
+            scope = {**scope, "root_path": self.root_path}
+        return get_route_path(scope) or "/"
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        path = scope["path"]
-        if path == "/ready":
-            return await self._ready(send)
-        if path.startswith("/v1/"):
-            if scope["method"] == "POST" and path in GUARDED:
-                return await self._guarded(scope, receive, send)
-            try:
-                self._refuse_when_draining()
+        if scope["type"] not in ("http", "websocket"):
+            return await self.app(scope, receive, send)  # lifespan
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] in ("http.response.start", "websocket.accept", "websocket.close")
+            await send(message)
+
+        try:
+            await self._dispatch(scope, receive, tracked)
+        except Exception:
+            log.exception("the gateway failed on %s %s", scope.get("method", "WS"), scope.get("path"))
+            if not started and scope["type"] == "http":
+                await send_json(send, 500, error_body(500, "internal error in the gateway; the request was not run"))
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = self.route_path(scope)
+        method = "WS" if scope["type"] == "websocket" else str(scope.get("method", ""))
+        route = routes.classify(method, path)
+        try:
+            if route is None:
+                if routes.known_path(path):
+                    raise Rejection(405, "method_not_allowed", f"{method} is not allowed on {path}")
+                raise Rejection(404, "not_found", f"no route {path}")
+            if route.access is Access.OPEN:
+                if path == "/ready":
+                    return await self._ready(send)
+                if not self.policy.config.metrics_allowed(bearer(scope)):
+                    raise Rejection(401, "unauthorized", "/metrics needs its bearer token")
+                return await self.app(scope, receive, send)
+            if route.access is Access.REFUSED:
+                raise Rejection(404, "not_served", f"{path} is not served through kvscope's gateway: {route.why}")
+            if route.access is Access.ADMIN:
+                if not self.policy.config.admin_keys:
+                    raise Rejection(404, "not_found", f"no route {path}")
+                if not self.policy.config.is_admin(bearer(scope)):
+                    raise Rejection(401, "unauthorized", "this route needs an admin key")
+                return await self.app(scope, await self._buffered(scope, receive), send)
+            if route.access is Access.KEY:
                 self._authenticate(scope)
-            except Rejection as rejection:
-                self.metrics.rejections.labels(rejection.reason, _UNKNOWN_TENANT).inc()
-                return await send_json(send, rejection.status, rejection.body(), rejection.headers)
-        return await self.app(scope, receive, send)
+                return await self.app(scope, await self._buffered(scope, receive), send)
+        except Rejection as rejection:
+            self.metrics.rejections.labels(rejection.reason, _UNKNOWN_TENANT).inc()
+            return await self._refuse(scope, receive, send, rejection)
+        assert route.shape is not None
+        return await self._admitted(scope, receive, send, route.shape)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, rejection: Rejection) -> None:
+        if scope["type"] == "websocket":
+            await receive()  # websocket.connect
+            await send({"type": "websocket.close", "code": 1008, "reason": rejection.message[:120]})
+            return
+        await send_json(send, rejection.status, rejection.body(), rejection.headers)
+
+    async def _buffered(self, scope: Scope, receive: Receive) -> Receive:
+        """The body read here, up to the cap, checked as strict JSON when there is one, and
+        replayed to vLLM (whose own parser would answer a bad one outside OpenAI's envelope)."""
+        if scope["type"] != "http":
+            return receive
+        body = await read_body(receive, self.policy.config.max_body_bytes)
+        if body:
+            _json_content(scope)
+            parse_json(body, self.policy.config.max_json_depth)
+        return _replay(body, receive)
 
     async def _ready(self, send: Send) -> None:
         state = "draining" if self.draining else "ready" if self.ready else "starting"
@@ -191,41 +342,81 @@ class Gateway:
             raise Rejection(503, "draining", "the server is shutting down; retry on another replica")
 
     def _authenticate(self, scope: Scope) -> tuple[str, str]:
-        header = _header(scope, b"authorization") or ""
-        key = header[7:].strip() if header[:7].lower() == "bearer " else None
+        key = bearer(scope)
         found = self.policy.config.authenticate(key)
         if found is None:
             message = "invalid API key" if key else "missing API key (Authorization: Bearer <key>)"
             raise Rejection(401, "unauthorized", message)
         return found
 
-    async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _admitted(self, scope: Scope, receive: Receive, send: Send, shape: Shape) -> None:
         arrived = time.perf_counter()
         tenant = _UNKNOWN_TENANT
         try:
             self._refuse_when_draining()
             tenant, tier = self._authenticate(scope)
-            raw = await read_body(receive, self.policy.config.max_body_bytes)
-            try:
-                parsed = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise Rejection(400, "invalid_json", f"the request body is not valid JSON: {exc}") from exc
-            body = self.policy.check_shape(parsed)
-            path = scope["path"]
-            tokens: PromptTokens
-            if len(raw) > _THREAD_TOKENIZE_BYTES:
-                tokens = await asyncio.to_thread(prompt_tokens, path, body, self.tokenizer)
-            else:
-                tokens = prompt_tokens(path, body, self.tokenizer)
+            _json_content(scope)
+            config = self.policy.config
+            body = self.policy.check_shape(
+                parse_json(await read_body(receive, config.max_body_bytes), config.max_json_depth)
+            )
+            shape = _resolved(shape, body)
+            for owned in _OWNED_FIELDS:
+                if owned in body:
+                    raise bad(f"'{owned}' is set by the gateway, not by clients", owned)
+            self._short_enough(body)
+            counted = await self._count(shape, body)
             arrival_ms = int((time.monotonic() - self._epoch) * 1000)
-            admission = self.policy.admit(path, body, tenant, tier, tokens.counts, arrival_ms)
+            admission = self.policy.admit(shape, body, tenant, tier, counted.counts, arrival_ms)
         except Rejection as rejection:
             self.metrics.rejections.labels(rejection.reason, tenant).inc()
             return await send_json(send, rejection.status, rejection.body(), rejection.headers)
-        forwarded = admission.body
-        if tokens.ids is not None:  # vLLM takes the ids and does not tokenise a second time
-            forwarded = {**forwarded, "prompt": tokens.ids}
-        await self._forward(scope, receive, send, tenant, tier, admission, forwarded, arrived)
+        await self._forward(
+            scope, receive, send, tenant, tier, admission, {**admission.body, **counted.patch}, arrived, shape
+        )
+
+    def _short_enough(self, body: dict[str, Any]) -> None:
+        """Refuse, before tokenising, a body whose text cannot fit the context at any tokenisation."""
+        limit = self.policy.max_model_len * MAX_BYTES_PER_TOKEN
+        size = _text_bytes({k: v for k, v in body.items() if k not in ("model", "stop", "logit_bias")})
+        if size > limit:
+            raise Rejection(
+                400,
+                "context_length_exceeded",
+                f"the request holds {size} bytes of text: more than any {self.policy.max_model_len}-token context "
+                "can take",
+                "prompt",
+            )
+
+    async def _count(self, shape: Shape, body: dict[str, Any]) -> Counted:
+        # the output budget is admission's to clamp: vLLM's own validation would refuse it first
+        counted = {k: v for k, v in body.items() if k not in _BUDGET_FIELDS}
+        if shape is Shape.MESSAGES:
+            counted["max_tokens"] = 1  # Anthropic's schema requires one; its value does not change the count
+        try:
+            return await self._count_shape(shape, counted)
+        except TooLong as too_long:  # admission refuses it, saying by how much
+            return Counted([too_long.tokens])
+
+    async def _count_shape(self, shape: Shape, body: dict[str, Any]) -> Counted:
+        match shape:
+            case Shape.COMPLETIONS:
+                return await self.counter.completion(body)
+            case Shape.CHAT:
+                return await self.counter.chat(body)
+            case Shape.MESSAGES:
+                return await self.counter.messages(body)
+            case Shape.RESPONSES:
+                return await self.counter.responses(body)
+            case Shape.CHAT_BATCH:
+                conversations = body.get("messages")
+                if not isinstance(conversations, list) or not conversations:
+                    raise bad("'messages' must be a non-empty list of conversations", "messages")
+                counts = []
+                for conversation in conversations:
+                    counts += (await self.counter.chat({**body, "messages": conversation})).counts
+                return Counted(counts)
+        raise bad(f"the body of this route cannot be read ({shape})")
 
     async def _forward(
         self,
@@ -237,8 +428,11 @@ class Gateway:
         admission: Admission,
         forwarded_body: dict[str, Any],
         arrived: float,
+        shape: Shape,
     ) -> None:
         request_id = new_request_id()
+        if shape is Shape.RESPONSES:  # the Responses API names its engine request after the body's id
+            forwarded_body = {**forwarded_body, "request_id": f"resp_{request_id}"}
         span = self.tracer.start_span(
             f"POST {scope['path']}",
             context=tracing.extract({k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}),
@@ -256,7 +450,8 @@ class Gateway:
         )
         tag = RequestTag(tenant, tier, admission.qos_class, admission.priority, span)
         deadline = self.policy.config.tiers[tier].deadline_seconds
-        exchange = _Exchange(request_id, scope["path"], tenant, tier, admission, tag, deadline)
+        exchange = _Exchange(request_id, shape, tenant, tier, admission, tag, deadline)
+        tag.expected = dict.fromkeys(exchange.engine_ids, admission.n)
         tag.on_finished = lambda part: self._on_part_finished(exchange, part)
         self.tags.add(request_id, tag)
 
@@ -267,6 +462,7 @@ class Gateway:
             if k.lower()
             not in (
                 b"content-length",
+                b"content-type",
                 b"transfer-encoding",
                 b"x-request-id",
                 b"traceparent",
@@ -274,23 +470,22 @@ class Gateway:
             )
         ]
         headers += [
+            (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
             (b"x-request-id", request_id.encode()),
         ]
         headers += [(k.encode(), v.encode()) for k, v in tracing.inject(span).items()]
-        delivered = False
-
-        async def receive_body() -> Message:
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
+        receive_body = _replay(body, receive)
 
         async def send_tracked(message: Message) -> None:
             if message["type"] == "http.response.start":
                 exchange.started, exchange.status = True, message["status"]
-                extra = [(b"x-request-id", request_id.encode())]
+                extra = [
+                    (b"x-request-id", request_id.encode()),
+                    # what the request holds of the tenant's budget: its prompt, and prompt + output
+                    (b"x-kvscope-prompt-tokens", str(sum(admission.prompt_tokens)).encode()),
+                    (b"x-kvscope-reserved-tokens", str(admission.reserved_tokens).encode()),
+                ]
                 if admission.clamped_from is not None:
                     extra.append(
                         (
@@ -298,16 +493,20 @@ class Gateway:
                             f"{admission.clamped_from}->{admission.max_tokens}".encode(),
                         )
                     )
+                extra += [(k.encode(), v.encode()) for k, v in self._rate_headers(tenant, tier).items()]
                 message = {**message, "headers": [*message.get("headers", []), *extra]}
                 exchange.streaming = any(
                     k.lower() == b"content-type" and v.startswith(b"text/event-stream") for k, v in message["headers"]
                 )
-            elif message["type"] == "http.response.body" and not message.get("more_body", False):
-                exchange.done = True
+            elif message["type"] == "http.response.body":
+                if exchange.streaming:
+                    chunk = bytes(message.get("body", b""))
+                    exchange.streamed += output_events(chunk)
+                if not message.get("more_body", False):
+                    exchange.done = True
             await send(message)
 
         self.metrics.requests.labels(tenant, tier, admission.qos_class).inc()
-        self.metrics.tokens.labels(tenant, "prompt").inc(sum(admission.prompt_tokens))
         self.metrics.inflight.labels(tenant).inc()
         self._publish_quota(tenant, tier)
         self.inflight += 1
@@ -321,6 +520,7 @@ class Gateway:
                     await stack.enter_async_context(asyncio.timeout(remaining))
                 if lane is not None:
                     await stack.enter_async_context(self._in_lane(lane, exchange, receive))
+                exchange.entered = True
                 await self.app(forwarded, receive_body, send_tracked)
         except TimeoutError:
             await self._deadline_passed(exchange, send)
@@ -382,25 +582,42 @@ class Gateway:
         exchange.tag.span.set_status(trace.Status(trace.StatusCode.ERROR, "deadline exceeded"))
 
     def _on_part_finished(self, exchange: _Exchange, part: FinishedPart) -> None:
+        """A part's unused output is refunded; a part past those reserved for (a later turn of a
+        Responses tool loop) is charged what it generated, as it was not reserved."""
         bucket = self._bucket(exchange)
         if bucket is not None:
-            bucket.refund(exchange.admission.max_tokens - part.generation_tokens)
+            if len(exchange.tag.finished) <= exchange.expected_parts:
+                bucket.refund(exchange.admission.max_tokens - part.generation_tokens)
+            else:
+                bucket.try_take(min(part.generation_tokens, bucket.available()))
         if exchange.done and len(exchange.tag.finished) >= exchange.expected_parts:
             self._end_span(exchange)
 
     def _settle(self, exchange: _Exchange) -> None:
-        """After the response: refund what was reserved and not used, end or schedule the span.
+        """After the response: charge what the engine ran, refund the rest, end the span.
 
-        vLLM reports no finished stats for requests aborted from outside (deadline, client
-        gone), so their refund happens here: the prompt stays charged, the output is returned.
+        A request the engine ran is charged its prompt; its output is charged as vLLM reports
+        each finished part (the stat logger's refund of max_tokens - generated). vLLM reports
+        nothing for requests aborted from outside (the deadline, a client gone mid-stream):
+        those are charged the output the client was sent. A request the engine refused, or
+        that never left the gateway, is refunded in full.
         """
+        admission = exchange.admission
+        prompt = sum(admission.prompt_tokens)
+        # the engine ran it: answered 200, or was cut short (the deadline, the client gone)
+        ran = exchange.entered and (exchange.status in (None, 200) or exchange.aborted)
+        cut_short = ran and (exchange.aborted or not exchange.done)
+        reported = bool(exchange.tag.finished)
+        if ran:
+            self.metrics.tokens.labels(exchange.tenant, "prompt").inc(prompt)
+        if cut_short and not reported:
+            self.metrics.tokens.labels(exchange.tenant, "completion").inc(exchange.streamed)
         bucket = self._bucket(exchange)
-        if bucket is not None and not exchange.tag.finished:
-            admission = exchange.admission
-            if exchange.aborted:
-                bucket.refund(admission.reserved_tokens - sum(admission.prompt_tokens))
-            elif exchange.status != 200:
+        if bucket is not None and not reported:
+            if not ran:
                 bucket.refund(admission.reserved_tokens)
+            elif cut_short:
+                bucket.refund(admission.reserved_tokens - prompt - exchange.streamed)
         loop = asyncio.get_running_loop()
         if exchange.status != 200 or len(exchange.tag.finished) >= exchange.expected_parts:
             self._end_span(exchange)
@@ -435,6 +652,9 @@ class Gateway:
         if self.policy.config.tiers[exchange.tier].tokens_per_minute is None:
             return None
         return self.policy.quotas.get(exchange.tenant)
+
+    def _rate_headers(self, tenant: str, tier: str) -> dict[str, str]:
+        return self.policy.rate_headers(tenant, tier)
 
     def _publish_quota(self, tenant: str, tier: str) -> None:
         per_minute = self.policy.config.tiers[tier].tokens_per_minute

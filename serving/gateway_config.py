@@ -35,20 +35,45 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+INT64_MAX = 2**63 - 1
+
+
 class Tier(_Strict):
     """Limits shared by the tenants of a tier. None = no limit."""
 
-    max_request_tokens: int | None = Field(None, ge=1, description="prompt + max_tokens x n cap")
-    max_tokens: int | None = Field(None, ge=1, description="clamp for max_tokens (seed 002)")
-    tokens_per_minute: int | None = Field(None, ge=1, description="token bucket per tenant")
-    deadline_seconds: float | None = Field(None, gt=0, description="abort in the engine after")
-    priority_delay_ms: int = Field(0, ge=0, description="QoS: added to the virtual deadline")
+    max_request_tokens: int | None = Field(None, ge=1, le=INT64_MAX, description="prompt + max_tokens x n cap")
+    max_tokens: int | None = Field(None, ge=1, le=INT64_MAX, description="clamp for max_tokens (seed 002)")
+    tokens_per_minute: int | None = Field(None, ge=1, le=INT64_MAX, description="token bucket per tenant")
+    requests_per_minute: int | None = Field(None, ge=1, le=INT64_MAX, description="request bucket per tenant")
+    deadline_seconds: float | None = Field(None, gt=0, le=86400, description="abort in the engine after")
+    priority_delay_ms: int = Field(0, ge=0, le=10**9, description="QoS: added to the virtual deadline")
+    # Bounds on the fields a client sets (OpenAI's own limits: n <= 128, top_logprobs <= 20).
+    max_n: int = Field(16, ge=1, le=128, description="most completions per prompt (n, best_of)")
+    max_logprobs: int = Field(20, ge=0, le=20, description="most logprobs / top_logprobs per token")
+    max_client_priority: int = Field(10**6, ge=0, le=INT64_MAX, description="largest priority a client may add")
+
+
+def _valid_key(key: str) -> str:
+    if not key or not key.isascii() or not key.isprintable() or " " in key:
+        raise ValueError("API keys are printable ASCII without spaces")
+    return key
 
 
 class Tenant(_Strict):
     tier: str
     api_keys: tuple[str, ...] = ()
     api_key_sha256: tuple[str, ...] = ()  # hex digests, to keep plain keys out of the file
+
+    @model_validator(mode="after")
+    def _keys(self) -> Tenant:
+        for key in self.api_keys:
+            _valid_key(key)
+        for digest in self.api_key_sha256:
+            if len(digest) != 64 or any(ch not in "0123456789abcdefABCDEF" for ch in digest):
+                raise ValueError("api_key_sha256 entries are 64 hex digits (sha256 of the key)")
+        if not self.api_keys and not self.api_key_sha256:
+            raise ValueError("a tenant needs an API key (api_keys or api_key_sha256): without one it cannot be reached")
+        return self
 
 
 class QosClass(_Strict):
@@ -104,8 +129,11 @@ class GatewayConfig(_Strict):
         None, description="tier for requests without a key when keys are configured (None: 401)"
     )
     qos: Qos = Qos()
-    max_body_bytes: int = Field(16 << 20, ge=1024)
+    max_body_bytes: int = Field(16 << 20, ge=1024, le=1 << 30)
+    max_json_depth: int = Field(64, ge=8, le=1000, description="deepest nesting a request body may have")
     prefix_hit_window_seconds: float = Field(60.0, gt=0)
+    admin_keys: tuple[str, ...] = Field((), description="keys for admin and dev routes (none: they are 404)")
+    metrics_token: str | None = Field(None, description="a bearer token /metrics asks for (None: open)")
 
     @model_validator(mode="after")
     def _tiers_exist(self) -> GatewayConfig:
@@ -114,27 +142,53 @@ class GatewayConfig(_Strict):
                 raise ValueError(f"tenant {name!r} names unknown tier {tenant.tier!r}")
         if self.anonymous_tier is not None and self.anonymous_tier not in self.tiers:
             raise ValueError(f"anonymous_tier names unknown tier {self.anonymous_tier!r}")
+        seen: dict[str, str] = {}
+        for name, tenant in self.tenants.items():
+            digests = [*(hashlib.sha256(k.encode()).hexdigest() for k in tenant.api_keys), *tenant.api_key_sha256]
+            for digest in digests:
+                other = seen.setdefault(digest.lower(), name)
+                if other != name or digests.count(digest) > 1:
+                    raise ValueError(f"an API key of tenant {name!r} is also given to {other!r}: keys must be unique")
+        for key in (*self.admin_keys, *([self.metrics_token] if self.metrics_token else [])):
+            _valid_key(key)
+            if hashlib.sha256(key.encode()).hexdigest() in seen:
+                raise ValueError("an admin or metrics key is also a tenant's API key")
         return self
 
     @property
     def auth_required(self) -> bool:
-        return any(t.api_keys or t.api_key_sha256 for t in self.tenants.values())
+        return bool(self.tenants)
 
-    def authenticate(self, api_key: str | None) -> tuple[str, str] | None:
-        """(tenant, tier) for an API key; the anonymous tenant when no keys are configured."""
+    @property
+    def default_tier(self) -> str:
+        """The tier of requests without a key: anonymous_tier, else the first tier."""
+        return self.anonymous_tier or next(iter(self.tiers))
+
+    def authenticate(self, api_key: bytes | None) -> tuple[str, str] | None:
+        """(tenant, tier) for an API key (compared as bytes, in constant time); the anonymous
+        tenant when no keys are configured, or when the key is missing and anonymous_tier is set."""
         if not self.auth_required:
-            return ANONYMOUS, next(iter(self.tiers))
+            return ANONYMOUS, self.default_tier
         if api_key:
-            digest = hashlib.sha256(api_key.encode()).hexdigest()
+            digest = hashlib.sha256(api_key).hexdigest().encode()
+            found = None
             for name, tenant in self.tenants.items():
-                if any(hmac.compare_digest(api_key, k) for k in tenant.api_keys) or any(
-                    hmac.compare_digest(digest, d.lower()) for d in tenant.api_key_sha256
-                ):
-                    return name, tenant.tier
-            return None
+                plain = any(hmac.compare_digest(api_key, k.encode()) for k in tenant.api_keys)
+                hashed = any(hmac.compare_digest(digest, d.lower().encode()) for d in tenant.api_key_sha256)
+                if (plain or hashed) and found is None:
+                    found = (name, tenant.tier)
+            return found
         if self.anonymous_tier is not None:
             return ANONYMOUS, self.anonymous_tier
         return None
+
+    def is_admin(self, api_key: bytes | None) -> bool:
+        return bool(api_key) and any(hmac.compare_digest(api_key or b"", k.encode()) for k in self.admin_keys)
+
+    def metrics_allowed(self, api_key: bytes | None) -> bool:
+        if self.metrics_token is None:
+            return True
+        return bool(api_key) and hmac.compare_digest(api_key or b"", self.metrics_token.encode())
 
 
 def load_gateway_config(path: Path | None) -> GatewayConfig:

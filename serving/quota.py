@@ -8,6 +8,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
+def go_duration(seconds: float) -> str:
+    """A duration as OpenAI's rate-limit headers write it: 6m0s, 1.5s, 20ms."""
+    if seconds < 1:
+        return f"{max(0, math.ceil(seconds * 1000))}ms"
+    if seconds < 60:
+        return f"{seconds:.3g}s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes}m{rest}s"
+
+
 @dataclass
 class TokenBucket:
     """Holds up to `per_minute` tokens, refilled at per_minute/60 per second.
@@ -45,6 +55,15 @@ class TokenBucket:
     def refund(self, tokens: int) -> None:
         self._refill()
         self.level = min(self.per_minute, self.level + max(0, tokens))
+
+    def headers(self, unit: str = "tokens") -> dict[str, str]:
+        """OpenAI's x-ratelimit-*-<unit> headers: the budget, what is left, when it is full again."""
+        left = self.available()
+        return {
+            f"x-ratelimit-limit-{unit}": str(self.per_minute),
+            f"x-ratelimit-remaining-{unit}": str(left),
+            f"x-ratelimit-reset-{unit}": go_duration((self.per_minute - left) * 60 / self.per_minute),
+        }
 
     def seconds_until(self, tokens: int) -> float:
         """How long until `tokens` are available (inf if more than the bucket holds)."""

@@ -1,6 +1,11 @@
 """What the gateway knows about a request (tenant, QoS class, span), looked up by the stat
 logger when vLLM reports the request finished. Keyed by the id the gateway puts in
-X-Request-Id, which vLLM embeds in its own request ids (cmpl-<id>-<i>, chatcmpl-<id>)."""
+X-Request-Id (and, for the Responses API, in the body's request_id), which vLLM embeds in its
+own request ids: cmpl-<id>-<i>, chatcmpl-<id>, chatcmpl-<id>_<i> (a batch), resp_<id>[_<n>].
+
+The match is anchored to those forms and each engine request counts once: a client cannot
+name another request's id to get its refund, nor replay one.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-_ID = re.compile(r"kvs-[0-9a-f]{32}")
+# vLLM's external id (what finished stats carry), optionally with the engine's random suffix.
+_ENGINE_ID = re.compile(r"((?:cmpl-|chatcmpl-|resp_)(kvs-[0-9a-f]{32})(?:-\d+|_\d+)?)(?:-[0-9a-f]{8})?")
 
 
 def new_request_id() -> str:
@@ -40,6 +46,10 @@ class RequestTag:
     span: Any = None
     on_finished: Callable[[FinishedPart], None] | None = None
     finished: list[FinishedPart] = field(default_factory=list)
+    # The engine requests this request runs, and how many finished parts each may report (n
+    # samples of one prompt share the engine id); None accepts any id of the anchored forms.
+    expected: dict[str, int] | None = None
+    claimed: dict[str, int] = field(default_factory=dict)
 
 
 class RequestTags:
@@ -54,10 +64,25 @@ class RequestTags:
 
     def lookup(self, engine_request_id: str | None) -> RequestTag | None:
         """The tag of a vLLM request id, or None for requests that did not pass the gateway."""
-        if not engine_request_id:
+        match = _ENGINE_ID.fullmatch(engine_request_id or "")
+        return self._tags.get(match.group(2)) if match else None
+
+    def claim(self, engine_request_id: str | None) -> RequestTag | None:
+        """The tag of a finished engine request while it has parts left to report, else None.
+
+        Each of the request's own engine ids counts as many times as it has parts (n), no more.
+        """
+        match = _ENGINE_ID.fullmatch(engine_request_id or "")
+        tag = self._tags.get(match.group(2)) if match else None
+        if tag is None or match is None:
             return None
-        match = _ID.search(engine_request_id)
-        return self._tags.get(match.group(0)) if match else None
+        external = match.group(1)
+        allowed = 1 if tag.expected is None else tag.expected.get(external, 0)
+        seen = tag.claimed.get(external, 0)
+        if seen >= allowed:
+            return None
+        tag.claimed[external] = seen + 1
+        return tag
 
     def __len__(self) -> int:
         return len(self._tags)

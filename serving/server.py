@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import cast
 
 from prometheus_client import disable_created_metrics
 from rich.console import Console
@@ -43,9 +42,9 @@ from serving.profiles import (
     profile_settings,
     resolve,
 )
+from serving.prompts import VllmCounter
 from serving.quota import TenantQuotas
 from serving.request_tags import RequestTags
-from serving.tokens import Tokenizer
 
 log = logging.getLogger("kvscope.serve")
 WATCHDOG_SECONDS = 1.0
@@ -193,13 +192,14 @@ async def serve(prepared: Prepared, options: ServeOptions) -> int:
         gateway = Gateway(
             app,
             policy=policy,
-            tokenizer=cast(Tokenizer, engine.get_tokenizer()),
+            counter=VllmCounter(app.state.online_renderer),
             metrics=metrics,
             tags=tags,
             abort=engine.abort,
             model_name=model_name,
             tracer=tracer,
             kv_pool_tokens=kv_capacity_tokens(vllm_config),
+            root_path=args.root_path or "",
         )
         _log_gateway(gateway, kv_capacity_tokens(vllm_config))
         for row in prepared.effective:

@@ -119,7 +119,7 @@ class KvscopeStatLogger(StatLoggerBase):
 
     def _record_finished(self, fr: Any) -> None:
         part = finished_part(fr)
-        tag = self.tags.lookup(getattr(fr, "request_id", None))
+        tag = self.tags.claim(getattr(fr, "request_id", None))
         tenant, qos_class = (tag.tenant, tag.qos_class) if tag else (UNTAGGED, UNTAGGED)
         model = self.model_name
         if part.queue_seconds >= 0:

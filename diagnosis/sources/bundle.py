@@ -4,6 +4,7 @@ saved with `--save-bundle` and diagnosed again, offline, with `--bundle`."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from diagnosis.measures import Measurements, Value
 from diagnosis.sources import SourceError
 
 SCHEMA = "kvscope.bundle/v1"
+MAX_BUNDLE_BYTES = 256 << 20  # a bundle of a large fleet is a few MB
 
 
 @dataclass
@@ -37,12 +39,22 @@ def save(path: Path, bundle: Bundle) -> None:
 
 
 def load(path: Path) -> Bundle:
+    """A saved bundle; SourceError (one line naming the file) for anything else."""
     try:
-        data = json.loads(path.read_text())
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_BUNDLE_BYTES + 1)
     except OSError as exc:
         raise SourceError(f"cannot read bundle {path}: {exc.strerror}") from exc
+    if len(raw) > MAX_BUNDLE_BYTES:
+        raise SourceError(f"{path} is over {MAX_BUNDLE_BYTES:,} bytes: not a kvscope bundle")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise SourceError(f"{path} is not a kvscope bundle (not UTF-8 text: {exc.reason})") from exc
     except json.JSONDecodeError as exc:
-        raise SourceError(f"{path} is not a kvscope bundle (invalid JSON: {exc})") from exc
+        raise SourceError(f"{path} is not a kvscope bundle (invalid JSON, {exc.msg} at line {exc.lineno})") from exc
+    except RecursionError:
+        raise SourceError(f"{path} is not a kvscope bundle (nested too deep)") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise SourceError(f"{path} is not a kvscope bundle (expected schema {SCHEMA})")
     try:
@@ -53,6 +65,9 @@ def load(path: Path) -> Bundle:
             },
             errors=dict(data.get("errors", {})),
         )
-        return Bundle(float(data["at"]), float(data["window"]), str(data["source"]), measurements)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise SourceError(f"{path} is a damaged kvscope bundle: {exc}") from exc
+        at, window = float(data["at"]), float(data["window"])
+        if not (math.isfinite(at) and math.isfinite(window) and window > 0):
+            raise ValueError(f"at {at} and window {window} must be finite, the window positive")
+        return Bundle(at, window, str(data["source"]), measurements)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise SourceError(f"{path} is a damaged kvscope bundle ({type(exc).__name__}: {exc})") from exc

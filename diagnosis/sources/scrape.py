@@ -21,12 +21,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
-import httpx
-
 from diagnosis.measures import ENTITY_LABELS, Entity, Kind, Measure, Measurements, Value, entity_key
 from diagnosis.sources import SourceError
 from kvscope import promtext
 from kvscope.catalog import Signal
+from kvscope.pages import DEFAULT_MAX_BYTES, Target, fetch_all
 from kvscope.promql import ANY, Matcher, Selector
 
 Snapshot = list[promtext.Sample]
@@ -64,7 +63,8 @@ class ScrapeSource:
     urls: Sequence[str]
     interval: float = 10.0
     step: float = 1.0  # gauges are also sampled this often within the interval
-    timeout: float = 10.0
+    timeout: float = 10.0  # each page, total
+    max_bytes: int = DEFAULT_MAX_BYTES
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     selectors: Mapping[Entity, Selector] = field(default_factory=dict)  # per entity, as --prometheus
@@ -73,31 +73,29 @@ class ScrapeSource:
     def name(self) -> str:
         return " ".join(self.urls)
 
-    def snapshot(self, client: httpx.Client) -> Snapshot:
+    def snapshot(self) -> Snapshot:
+        """One page from every URL (kvscope/pages.py: a deadline and a byte cap each)."""
         samples: Snapshot = []
-        for url in self.urls:
+        targets = [Target.of(url) for url in self.urls]
+        for target, fetched in zip(targets, fetch_all(targets, self.timeout, self.max_bytes), strict=True):
+            if fetched.body is None:
+                raise SourceError(f"cannot scrape {target.url}: {fetched.error}")
             try:
-                response = client.get(url, timeout=self.timeout)
-                response.raise_for_status()
-            except httpx.HTTPError as exc:
-                raise SourceError(f"cannot scrape {url}: {exc}") from exc
-            try:
-                page = promtext.parse(response.text)
+                page = promtext.parse(fetched.body.decode("utf-8", "replace"))
             except Exception as exc:  # the parser raises assorted errors on junk
-                raise SourceError(f"{url} did not serve a Prometheus page: {exc}") from exc
-            instance = urlparse(url).netloc
+                raise SourceError(f"{target.url} did not serve a Prometheus page: {exc}") from exc
+            instance = urlparse(target.url).netloc
             samples += [promtext.Sample(s.name, {"instance": instance, **s.labels}, s.value) for s in page]
         return samples
 
     def fetch(self, measures: Sequence[Measure]) -> Measurements:
-        with httpx.Client() as client:
-            started = self.clock()
-            snapshots: list[Timed] = [(0.0, self.snapshot(client))]
-            while self.step > 0 and self.interval - (self.clock() - started) > self.step:
-                self.sleep(self.step)
-                snapshots.append((self.clock() - started, self.snapshot(client)))
-            self.sleep(max(self.interval - (self.clock() - started), 0.0))
-            snapshots.append((max(self.clock() - started, 1e-3), self.snapshot(client)))
+        started = self.clock()
+        snapshots: list[Timed] = [(0.0, self.snapshot())]
+        while self.step > 0 and self.interval - (self.clock() - started) > self.step:
+            self.sleep(self.step)
+            snapshots.append((self.clock() - started, self.snapshot()))
+        self.sleep(max(self.interval - (self.clock() - started), 0.0))
+        snapshots.append((max(self.clock() - started, 1e-3), self.snapshot()))
         elapsed = snapshots[-1][0]
         return compute(measures, snapshots, f"scrape {self.name} over {elapsed:.0f}s", self.selectors)
 

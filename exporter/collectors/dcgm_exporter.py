@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import httpx
 from prometheus_client.core import Metric
 
 from exporter.collectors.vllm import metrics_url
 from exporter.exposition import Series
-from exporter.scrape import scrape
+from exporter.scrape import Target, scrape
 from kvscope import catalog
 
 # DCGM_INT64_BLANK (0x7ffffffffffffff0) and its siblings (NOT_FOUND, NOT_SUPPORTED, ...), and
@@ -27,13 +26,13 @@ class DcgmExporterCollector:
     name = "dcgm_exporter"
 
     def __init__(self, url: str, timeout: float = 5.0) -> None:
-        self.url = metrics_url(url)
+        self.target = Target.of(metrics_url(url))
+        self.url = self.target.url
         self.timeout = timeout
-        self._client = httpx.Client()
         self.parse_errors = 0
 
     def collect(self) -> Iterable[Metric]:
-        result = scrape(self._client, self.url, self.timeout)
+        result = scrape(self.target, self.timeout)
         self.parse_errors += int(result.parse_error)
         up, errors = Series(catalog.TARGET_UP), Series(catalog.EXPORTER_PARSE_ERRORS)
         up.add((self.url,), 1.0 if result.up else 0.0)

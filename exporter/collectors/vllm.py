@@ -1,18 +1,16 @@
 """vLLM (or `kvscope serve`) /metrics pages re-exposed unchanged, plus a `target` label, and
-an up gauge per target. Targets are scraped concurrently with a bounded timeout, so a
-slow or dead target costs only its own series."""
+an up gauge per target. Targets are scraped concurrently, each within a total deadline and a
+byte cap (exporter/scrape.py), so a slow or dead target costs only its own series."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
-import httpx
 from prometheus_client.core import Metric
 
 from exporter.exposition import Series
-from exporter.scrape import ScrapeResult, relabel, scrape
+from exporter.scrape import DEFAULT_MAX_BYTES, ScrapeResult, Target, relabel, scrape_all
 from kvscope import catalog, promtext
 
 
@@ -34,19 +32,23 @@ def _ratio(text: str | None) -> float | None:
 class VllmCollector:
     name = "vllm"
 
-    def __init__(self, targets: Sequence[str], timeout: float = 3.0) -> None:
-        self.targets = [metrics_url(t) for t in targets]
+    def __init__(
+        self,
+        targets: Sequence[str],
+        timeout: float = 3.0,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        token: bytes | None = None,
+    ) -> None:
+        self.scraped = [Target.of(metrics_url(t), token) for t in targets]
+        self.targets = [t.url for t in self.scraped]  # as labels show them: no credentials
         self.timeout = timeout
-        self._client = httpx.Client()
-        self._pool = ThreadPoolExecutor(max_workers=max(1, len(self.targets)), thread_name_prefix="scrape")
+        self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self.parse_errors: dict[str, int] = dict.fromkeys(self.targets, 0)
         self.latest: dict[str, list[promtext.Sample]] = {}  # what the emulated GPUs follow
 
     def collect(self) -> Iterable[Metric]:
-        results: list[ScrapeResult] = list(
-            self._pool.map(lambda url: scrape(self._client, url, self.timeout), self.targets)
-        )
+        results: list[ScrapeResult] = scrape_all(self.scraped, self.timeout, self.max_bytes)
         up, seconds = Series(catalog.TARGET_UP), Series(catalog.TARGET_SCRAPE_SECONDS)
         errors = Series(catalog.EXPORTER_PARSE_ERRORS)
         budgets = Series(catalog.ENGINE_MEMORY_BUDGET)
@@ -75,5 +77,4 @@ class VllmCollector:
         yield from (up.metric, seconds.metric, errors.metric, budgets.metric)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False)
-        self._client.close()
+        return None

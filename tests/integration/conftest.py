@@ -22,12 +22,15 @@ GATEWAY_CONFIG = {
         "tight": {"max_request_tokens": 600, "max_tokens": 64, "tokens_per_minute": 1500},
         # long enough for a 3000-token prefill on a loaded machine, far short of 12000 tokens' decode
         "slow": {"deadline_seconds": 4.0},
+        # the hostile corpus (test_gateway_security.py): short answers, tight field bounds
+        "hostile": {"max_tokens": 24, "tokens_per_minute": 10_000_000, "max_n": 2, "max_logprobs": 3},
     },
     "tenants": {
         "acme": {"tier": "gold", "api_keys": ["sk-acme"]},
         "wide": {"tier": "open", "api_keys": ["sk-wide"]},
         "tiny": {"tier": "tight", "api_keys": ["sk-tiny"]},
         "late": {"tier": "slow", "api_key_sha256": [hashlib.sha256(b"sk-late").hexdigest()]},
+        "mallory": {"tier": "hostile", "api_keys": ["sk-mallory"]},
     },
     "max_body_bytes": 1 << 20,
     "prefix_hit_window_seconds": 30,

@@ -6,6 +6,7 @@ instance or GPU as affected; healthy traps stay healthy. A subset also runs thro
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -25,6 +26,7 @@ from kvscope.promql import Selector
 from tests.fakes.pages import PageServer
 from tests.scenarios.fleet import Simulation, openmetrics, page
 from tests.scenarios.library import DIAGNOSE_AT, WINDOW, Scenario, scenarios
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 SCENARIOS = scenarios()
@@ -267,7 +269,14 @@ def test_the_alertmanager_webhook_diagnoses_each_firing_alert(library, tmp_path)
         "--forward",
         received.url,
     ]
-    server = start_process("kvscope diagnose --listen", argv, f"http://127.0.0.1:{port}", tmp_path / "webhook.log")
+    token = {"authorization": "Bearer webhook-s3cret"}
+    server = start_process(
+        "kvscope diagnose --listen",
+        argv,
+        f"http://127.0.0.1:{port}",
+        tmp_path / "webhook.log",
+        env={**os.environ, "KVSCOPE_WEBHOOK_TOKEN": "webhook-s3cret"},
+    )
     from datetime import UTC, datetime
 
     started = datetime.fromtimestamp(start + (DIAGNOSE_AT - 2) * 60, UTC).isoformat().replace("+00:00", "Z")
@@ -287,17 +296,25 @@ def test_the_alertmanager_webhook_diagnoses_each_firing_alert(library, tmp_path)
     import httpx
 
     try:
-        with running(server, ready_path="/reports", timeout=60):
-            answer = httpx.post(server.base_url + "/", json=payload, timeout=60).json()
-            assert len(answer["reports"]) == 1 and answer["skipped_resolved"] == 1
-            listed = httpx.get(server.base_url + "/reports", timeout=10).json()["reports"]
-            assert listed[0]["alertname"] == "VLLMKVCacheNearlyFull"
+        with running(server, ready_path="/-/healthy", timeout=60):
+            assert httpx.post(server.base_url + "/", json=payload, timeout=10).status_code == 401
+            answer = httpx.post(server.base_url + "/", json=payload, headers=token, timeout=10)
+            assert answer.status_code == 202 and answer.json()["skipped_resolved"] == 1
+            (report_id,) = answer.json()["accepted"]
+
+            def diagnosed() -> list:
+                listed = httpx.get(server.base_url + "/reports", headers=token, timeout=10).json()["reports"]
+                return listed if listed and listed[0]["state"] == "done" else []
+
+            listed = eventually(diagnosed, timeout=120, what="the queued diagnosis")
+            assert listed[0]["id"] == report_id and listed[0]["alertname"] == "VLLMKVCacheNearlyFull"
             assert listed[0]["bottleneck"] == "kv_cache_exhaustion"
-            full = httpx.get(server.base_url + f"/reports/{listed[0]['id']}", timeout=10).json()
+            full = httpx.get(server.base_url + f"/reports/{report_id}", headers=token, timeout=10).json()
             assert full["selector"] == '{scenario="kv-avalanche",namespace="prod"}'
-            assert (tmp_path / "reports" / f"{listed[0]['id']}.json").is_file()
-            assert received.bodies and received.bodies[0]["diagnosis"]["bottleneck"] == "kv_cache_exhaustion"
-            bad = httpx.post(server.base_url + "/", content=b"{}", timeout=10)
+            assert (tmp_path / "reports" / f"kvscope-report-{report_id}.json").is_file()
+            eventually(lambda: received.bodies, timeout=30, what="the forwarded report")
+            assert received.bodies[0]["diagnosis"]["bottleneck"] == "kv_cache_exhaustion"
+            bad = httpx.post(server.base_url + "/", content=b"{}", headers=token, timeout=10)
             assert bad.status_code == 400
     finally:
         received.close()

@@ -300,7 +300,9 @@ def test_engine_config_info_exposes_the_tuned_profile(kvscope):
 
 
 def test_health_and_ready(kvscope):
-    assert httpx.get(kvscope.base_url + "/health", timeout=10).status_code == 200
+    auth = {"authorization": f"Bearer {ACME}"}
+    assert httpx.get(kvscope.base_url + "/health", headers=auth, timeout=10).status_code == 200
+    assert httpx.get(kvscope.base_url + "/health", timeout=10).status_code == 401  # keys are configured
     ready = httpx.get(kvscope.base_url + "/ready", timeout=10)
     assert ready.status_code == 200 and ready.json() == {"status": "ready"}
 

@@ -82,7 +82,7 @@ class _Pages(ScrapeSource):
     def _sleep(self, seconds: float) -> None:
         self.now += seconds
 
-    def snapshot(self, client) -> list[promtext.Sample]:
+    def snapshot(self) -> list[promtext.Sample]:
         self.taken += 1
         page = promtext.parse(next(self.pages))
         return [promtext.Sample(s.name, {"instance": "engine:8000", **s.labels}, s.value) for s in page]

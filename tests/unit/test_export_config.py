@@ -34,7 +34,9 @@ def test_yaml_keys_equal_the_flags_and_flags_win(tmp_path):
         ({"gpu": "tpu"}, "gpu"),
         ({"listen_address": "nowhere"}, "host:port"),
         ({"tls_cert": "c.pem"}, "tls_cert and tls_key go together"),
-        ({"bearer_token": "t", "basic_auth": {"username": "u", "password": "p"}}, "not both"),
+        ({"bearer_token": "t", "bearer_token_file": "t.txt"}, "not both"),
+        ({"tls_cert": "c.pem", "tls_key": "k.pem", "web_config_file": "w.yml"}, "not both"),
+        ({"basic_auth": {"username": "u", "password": "p"}}, "basic_auth: unknown key"),  # bcrypt: web config
     ],
 )
 def test_bad_configuration_is_one_line(overrides, message):

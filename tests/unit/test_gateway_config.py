@@ -23,9 +23,10 @@ def test_keys_and_hashed_keys_map_to_tenant_and_tier(tmp_path):
         f"b: {{tier: free, api_key_sha256: [{digest}]}}}}\n"
     )
     config = load_gateway_config(path)
-    assert config.authenticate("sk-a") == ("a", "gold")
-    assert config.authenticate("sk-b") == ("b", "free")
-    assert config.authenticate("sk-c") is None
+    assert config.authenticate(b"sk-a") == ("a", "gold")
+    assert config.authenticate(b"sk-b") == ("b", "free")
+    assert config.authenticate(b"sk-c") is None
+    assert config.authenticate("sk-\u00e9".encode()) is None  # non-ASCII bytes: refused, no exception
     assert config.authenticate(None) is None
 
 
@@ -44,7 +45,7 @@ def test_anonymous_tier_admits_requests_without_a_key():
     ("text", "message"),
     [
         ("gateway: {tiers: {a: {max_tokens: 0}}}", "gateway: tiers.a.max_tokens"),
-        ("gateway: {tenants: {x: {tier: nope}}}", "unknown tier 'nope'"),
+        ("gateway: {tenants: {x: {tier: nope, api_keys: [k]}}}", "unknown tier 'nope'"),
         ("gateway: {tiers: {a: {bogus: 1}}}", "tiers.a.bogus: unknown key"),
         ("[1, 2]", "must be a mapping"),
         ("gateway: {tiers: {a: [", "not valid YAML"),
@@ -63,3 +64,38 @@ def test_bad_files_get_one_line_errors(tmp_path, text, message):
 def test_a_missing_file_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="cannot read"):
         load_gateway_config(tmp_path / "absent.yaml")
+
+
+def test_without_keys_the_anonymous_tier_is_the_one_named():
+    config = GatewayConfig.model_validate({"tiers": {"free": {}, "paid": {}}, "anonymous_tier": "paid"})
+    assert config.authenticate(None) == (ANONYMOUS, "paid")
+    assert GatewayConfig.model_validate({"tiers": {"free": {}, "paid": {}}}).authenticate(None) == (ANONYMOUS, "free")
+
+
+@pytest.mark.parametrize(
+    ("gateway", "message"),
+    [
+        ({"tenants": {"a": {"tier": "default"}}}, "a tenant needs an API key"),
+        (
+            {"tenants": {"a": {"tier": "default", "api_keys": ["k"]}, "b": {"tier": "default", "api_keys": ["k"]}}},
+            "keys must be unique",
+        ),
+        ({"tenants": {"a": {"tier": "default", "api_keys": ["k", "k"]}}}, "keys must be unique"),
+        ({"tenants": {"a": {"tier": "default", "api_keys": ["k\u00e9y"]}}}, "printable ASCII"),
+        ({"tenants": {"a": {"tier": "default", "api_key_sha256": ["zz"]}}}, "sha256"),
+        ({"tenants": {"a": {"tier": "default", "api_keys": ["k"]}}, "admin_keys": ["k"]}, "also a tenant's API key"),
+        ({"tiers": {"t": {"max_n": 0}}}, "max_n"),
+    ],
+)
+def test_keys_that_could_not_work_are_refused_at_load(gateway, message):
+    with pytest.raises(ValueError, match=message):
+        GatewayConfig.model_validate(gateway)
+
+
+def test_admin_and_metrics_keys_compare_as_bytes():
+    config = GatewayConfig.model_validate(
+        {"tenants": {"a": {"tier": "default", "api_keys": ["k"]}}, "admin_keys": ["adm"], "metrics_token": "m"}
+    )
+    assert config.is_admin(b"adm") and not config.is_admin(b"k") and not config.is_admin(None)
+    assert config.metrics_allowed(b"m") and not config.metrics_allowed(b"k") and not config.metrics_allowed(None)
+    assert GatewayConfig().metrics_allowed(None)

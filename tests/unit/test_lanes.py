@@ -15,6 +15,7 @@ from serving.gateway import Gateway
 from serving.gateway_config import GatewayConfig, Tier
 from serving.lanes import KvLane
 from serving.metrics import ServingMetrics
+from serving.prompts import TokenizerCounter
 from serving.quota import TenantQuotas
 from serving.request_tags import RequestTags
 
@@ -148,7 +149,7 @@ def _gateway(engine: _Engine, config: GatewayConfig, pool: int) -> tuple[Gateway
     gateway = Gateway(
         engine,
         policy=policy,
-        tokenizer=_Words(),
+        counter=TokenizerCounter(_Words()),
         metrics=metrics,
         tags=RequestTags(),
         abort=abort,
