@@ -17,6 +17,7 @@ from serving import qos
 from serving.bodies import bounded_fields, int_field
 from serving.errors import Rejection
 from serving.gateway_config import GatewayConfig, Tier
+from serving.pooling_prompts import POOLING_SHAPES, output_per_prompt
 from serving.quota import TenantQuotas, TokenBucket
 from serving.routes import Shape
 
@@ -86,16 +87,23 @@ class AdmissionPolicy:
         arrival_ms: int,
     ) -> Admission:
         tier = self.config.tiers[tier_name]
-        n = bounded_fields(body, tier, chat=shape in CHAT_LIKE)
-        client_priority = int_field(body, "priority", 0, tier.max_client_priority) or 0
-        key = budget_field(shape, body)
-        requested = int_field(body, key, 1)
         longest = max(prompt_tokens)
-        max_tokens, clamped_from = self._max_tokens(shape, requested, key, tier, longest)
+        if shape in POOLING_SHAPES:  # no output budget to clamp: each prompt yields 0 or 1 token
+            n, clamped_from = 1, None
+            client_priority = int_field(body, "priority", 0, tier.max_client_priority) or 0
+            max_tokens = output_per_prompt(shape)
+            self._fits(longest + max_tokens, longest, "prompt")
+            rewritten = dict(body)
+        else:
+            n = bounded_fields(body, tier, chat=shape in CHAT_LIKE)
+            client_priority = int_field(body, "priority", 0, tier.max_client_priority) or 0
+            key = budget_field(shape, body)
+            requested = int_field(body, key, 1)
+            max_tokens, clamped_from = self._max_tokens(shape, requested, key, tier, longest)
+            rewritten = {**body, key: max_tokens}
         reserved = sum(prompt_tokens) + max_tokens * n * len(prompt_tokens)
         self._check_request_cap(tier_name, tier, prompt_tokens, max_tokens, n, reserved)
         self._take_quota(tenant, tier_name, tier, reserved)
-        rewritten = {**body, key: max_tokens}
         if self.qos_enabled:
             assignment = qos.assign(self.config.qos, longest, arrival_ms, tier.priority_delay_ms, client_priority)
             rewritten["priority"] = assignment.priority
@@ -114,6 +122,17 @@ class AdmissionPolicy:
             priority,
             clamped_from,
         )
+
+    def _fits(self, total: int, longest: int, param: str) -> None:
+        """A pooling prompt (and its scoring token) within max_model_len."""
+        if total > self.max_model_len:
+            raise Rejection(
+                400,
+                "context_length_exceeded",
+                f"the prompt is {longest} tokens; this model's max_model_len is {self.max_model_len}, "
+                f"so it is over by {total - self.max_model_len}",
+                param,
+            )
 
     def _max_tokens(
         self, shape: Shape, requested: int | None, key: str, tier: Tier, longest: int

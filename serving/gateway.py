@@ -32,6 +32,7 @@ from serving.bodies import parse_json, read_body
 from serving.errors import Rejection, error_body
 from serving.lanes import KvLane
 from serving.metrics import ServingMetrics
+from serving.pooling_prompts import POOLING_SHAPES, engine_prefix
 from serving.prompts import Counted, PromptCounter, TooLong, bad
 from serving.request_tags import FinishedPart, RequestTag, RequestTags, new_request_id
 from serving.routes import Access, Shape
@@ -126,6 +127,8 @@ class _Exchange:
                 return [f"chatcmpl-{self.request_id}_{i}" for i in prompts]
             case Shape.RESPONSES:  # one engine request per turn of a built-in tool loop
                 return [f"resp_{self.request_id}_{turn}" for turn in range(RESPONSES_TURNS)]
+        if self.shape in POOLING_SHAPES:
+            return [f"{engine_prefix(self.shape)}-{self.request_id}-{i}" for i in prompts]
         return [f"chatcmpl-{self.request_id}"]
 
     @property
@@ -228,6 +231,7 @@ class Gateway:
         tracer: trace.Tracer | None = None,
         kv_pool_tokens: int | None = None,
         root_path: str = "",
+        mounted: frozenset[str] | None = None,
     ) -> None:
         self.app = app
         self.policy = policy
@@ -238,6 +242,7 @@ class Gateway:
         self.model_name = model_name
         self.tracer = tracer or trace.NoOpTracer()
         self.root_path = root_path.rstrip("/")
+        self.mounted = mounted  # the route templates vLLM's app mounts for this model (None: all)
         self.ready = False
         self.draining = False
         self.inflight = 0
@@ -291,6 +296,8 @@ class Gateway:
                 if routes.known_path(path):
                     raise Rejection(405, "method_not_allowed", f"{method} is not allowed on {path}")
                 raise Rejection(404, "not_found", f"no route {path}")
+            if self.mounted is not None and route.template not in self.mounted and route.template != "/ready":
+                raise Rejection(404, "not_found", f"{path} is not served for this model")
             if route.access is Access.OPEN:
                 if path == "/ready":
                     return await self._ready(send)
@@ -408,6 +415,8 @@ class Gateway:
                 return await self.counter.messages(body)
             case Shape.RESPONSES:
                 return await self.counter.responses(body)
+            case shape if shape in POOLING_SHAPES:
+                return await self.counter.pooling(shape, body)
             case Shape.CHAT_BATCH:
                 conversations = body.get("messages")
                 if not isinstance(conversations, list) or not conversations:

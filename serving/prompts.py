@@ -19,6 +19,8 @@ from types import SimpleNamespace
 from typing import Any, Protocol
 
 from serving.errors import Rejection
+from serving.pooling_prompts import Encode, count_pooling
+from serving.routes import Shape
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,8 @@ class PromptCounter(Protocol):
     async def messages(self, body: dict[str, Any]) -> Counted: ...
 
     async def responses(self, body: dict[str, Any]) -> Counted: ...
+
+    async def pooling(self, shape: Shape, body: dict[str, Any]) -> Counted: ...
 
 
 class Tokenizer(Protocol):
@@ -173,6 +177,9 @@ class TokenizerCounter:
             conversation.insert(0, {"role": "system", "content": _text(body["instructions"], "instructions")})
         return Counted([self._render(conversation, _text(body.get("tools") or "", "tools"))])
 
+    async def pooling(self, shape: Shape, body: dict[str, Any]) -> Counted:
+        return await _pooling(self, shape, body, lambda text: len(self.tokenizer.encode(text)))
+
 
 def _non_empty(body: dict[str, Any], key: str) -> None:
     if not isinstance(body.get(key), list) or not body[key]:
@@ -200,6 +207,13 @@ def _vllm() -> SimpleNamespace:
         VLLMClientError=VLLMClientError,
         VLLMValidationError=VLLMValidationError,
     )
+
+
+async def _pooling(counter: PromptCounter, shape: Shape, body: dict[str, Any], encode: Encode) -> Counted:
+    async def chat(conversation: dict[str, Any]) -> int:
+        return sum((await counter.chat({"messages": conversation["messages"]})).counts)
+
+    return Counted(await count_pooling(shape, body, encode, chat))
 
 
 class VllmCounter:
@@ -279,6 +293,12 @@ class VllmCounter:
         request = self._validated(_vllm().ResponsesRequest, body)
         (ids,) = await self._rendered(self.renderer.render_responses(request), "input")
         return Counted([len(ids)])
+
+    async def pooling(self, shape: Shape, body: dict[str, Any]) -> Counted:
+        tokenizer = self.renderer.renderer.tokenizer
+        if tokenizer is None:
+            raise bad("this model serves no tokenizer: the gateway cannot count text")
+        return await _pooling(self, shape, body, lambda text: len(tokenizer.encode(text)))
 
 
 def canonical(body: dict[str, Any]) -> bytes:

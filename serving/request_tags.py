@@ -1,7 +1,8 @@
 """What the gateway knows about a request (tenant, QoS class, span), looked up by the stat
 logger when vLLM reports the request finished. Keyed by the id the gateway puts in
 X-Request-Id (and, for the Responses API, in the body's request_id), which vLLM embeds in its
-own request ids: cmpl-<id>-<i>, chatcmpl-<id>, chatcmpl-<id>_<i> (a batch), resp_<id>[_<n>].
+own request ids: cmpl-<id>-<i>, chatcmpl-<id>, chatcmpl-<id>_<i> (a batch), resp_<id>_<n>, and
+<embd|pooling|classify|score|generative-scoring>-<id>-<i>.
 
 The match is anchored to those forms and each engine request counts once: a client cannot
 name another request's id to get its refund, nor replay one.
@@ -16,7 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # vLLM's external id (what finished stats carry), optionally with the engine's random suffix.
-_ENGINE_ID = re.compile(r"((?:cmpl-|chatcmpl-|resp_)(kvs-[0-9a-f]{32})(?:-\d+|_\d+)?)(?:-[0-9a-f]{8})?")
+_ENGINE_ID = re.compile(
+    r"((?:cmpl-|chatcmpl-|resp_|embd-|pooling-|classify-|score-|generative-scoring-)"
+    r"(kvs-[0-9a-f]{32})(?:-\d+|_\d+)?)(?:-[0-9a-f]{8})?"
+)
 
 
 def new_request_id() -> str:

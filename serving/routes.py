@@ -36,6 +36,13 @@ class Shape(StrEnum):
     RESPONSES = "responses"
     MESSAGES = "messages"
     INVOCATIONS = "invocations"  # SageMaker: a completions or a chat body
+    EMBED = "embed"  # pooling and scoring (serving/pooling_prompts.py): no output budget
+    POOL = "pool"
+    CLASSIFY = "classify"
+    COHERE_EMBED = "cohere_embed"
+    SCORE = "score"
+    RERANK = "rerank"
+    GENERATIVE_SCORING = "generative_scoring"  # one token per item
 
 
 @dataclass(frozen=True)
@@ -68,22 +75,23 @@ ROUTES: tuple[Route, ...] = (
     _r(POST, "/v1/responses", A, Shape.RESPONSES),
     _r(POST, "/v1/messages", A, Shape.MESSAGES, why="Anthropic's Messages API"),
     _r(POST, "/invocations", A, Shape.INVOCATIONS, why="SageMaker: runs completions and chat bodies"),
+    _r(POST, "/generative_scoring", A, Shape.GENERATIVE_SCORING),
+    # pooling and scoring: the same path, their prompts counted (serving/pooling_prompts.py)
+    _r(POST, "/v1/embeddings", A, Shape.EMBED),
+    _r(POST, "/v2/embed", A, Shape.COHERE_EMBED, why="Cohere's embed API"),
+    _r(POST, "/pooling", A, Shape.POOL),
+    _r(POST, "/classify", A, Shape.CLASSIFY),
+    _r(POST, "/score", A, Shape.SCORE),
+    _r(POST, "/v1/score", A, Shape.SCORE),
+    _r(POST, "/rerank", A, Shape.RERANK),
+    _r(POST, "/v1/rerank", A, Shape.RERANK),
+    _r(POST, "/v2/rerank", A, Shape.RERANK),
     # generation whose bodies the gateway does not count yet: refused, not walked around
-    _r(POST, "/generative_scoring", X, why="its prompt shape is not counted by the gateway yet"),
     _r(POST, "/inference/v1/generate", X, why="token-in token-out scale-out route"),
     _r(POST, "/v1/systemone", X, why="structured decisions: state and questions are not counted yet"),
     _r(POST, "/v1/audio/transcriptions", X, why="audio input is not counted by the gateway"),
     _r(POST, "/v1/audio/translations", X, why="audio input is not counted by the gateway"),
     _r("WS", "/v1/realtime", X, why="a websocket session has no per-request admission"),
-    _r(POST, "/v1/embeddings", X, why="pooling: not counted yet"),
-    _r(POST, "/v2/embed", X, why="pooling: not counted yet"),
-    _r(POST, "/pooling", X, why="pooling: not counted yet"),
-    _r(POST, "/classify", X, why="pooling: not counted yet"),
-    _r(POST, "/score", X, why="pooling: not counted yet"),
-    _r(POST, "/v1/score", X, why="pooling: not counted yet"),
-    _r(POST, "/rerank", X, why="pooling: not counted yet"),
-    _r(POST, "/v1/rerank", X, why="pooling: not counted yet"),
-    _r(POST, "/v2/rerank", X, why="pooling: not counted yet"),
     # metadata and tokenisation: a key when keys are configured
     _r(GET, "/v1/models", K),
     _r(GET, "/health", K),

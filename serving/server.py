@@ -200,6 +200,7 @@ async def serve(prepared: Prepared, options: ServeOptions) -> int:
             tracer=tracer,
             kv_pool_tokens=kv_capacity_tokens(vllm_config),
             root_path=args.root_path or "",
+            mounted=frozenset(getattr(r, "path", "") for r in app.routes),
         )
         _log_gateway(gateway, kv_capacity_tokens(vllm_config))
         for row in prepared.effective:

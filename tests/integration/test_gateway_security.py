@@ -428,3 +428,47 @@ def test_a_hostile_corpus_gets_json_4xx_and_the_books_balance(kvscope):
         f"{disconnects} streams left mid-way; prompt tokens charged {charged_prompt:.0f}, run {ran:.0f}; "
         f"output tokens charged {charged_output:.0f}, generated {generated:.0f}"
     )
+
+
+# --- a pooling model: embeddings and scoring take the same path ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def embedder(gateway_config_file, tmp_path_factory):
+    from drill.launcher import kvscope_server, running
+
+    server = kvscope_server(
+        tmp_path_factory.mktemp("embedder") / "serve.log",
+        config=gateway_config_file,
+        extra_args=["--enforce-eager", "--convert", "embed"],
+    )
+    with running(server, ready_path="/ready", timeout=240) as ready:
+        yield ready
+
+
+def test_embeddings_are_guarded_counted_and_charged_as_vllm_runs_them(embedder):
+    body = {"model": SERVED_NAME, "input": ["zaba kelo mu", "tiro ne zaba kelo"]}
+    assert _post(embedder, "/v1/embeddings", body, key=None).status_code == 401
+    before = _metrics(embedder)
+    response = _post(embedder, "/v1/embeddings", body)
+    assert response.status_code == 200, response.text
+    charged = int(response.headers["x-kvscope-prompt-tokens"])
+    assert charged == response.json()["usage"]["prompt_tokens"]  # what vLLM says it ran
+    rerank = _post(embedder, "/rerank", {"model": SERVED_NAME, "query": "zaba", "documents": ["kelo", "mu ne"]})
+    assert rerank.status_code in (200, 400, 404) and (rerank.status_code == 200 or _is_openai_error(rerank))
+
+    def charged_total() -> float:
+        page = _metrics(embedder)
+        return promtext.total(page, catalog.GATEWAY_TOKENS.name, tenant="acme", kind="prompt") - promtext.total(
+            before, catalog.GATEWAY_TOKENS.name, tenant="acme", kind="prompt"
+        )
+
+    expected = charged + (int(rerank.headers["x-kvscope-prompt-tokens"]) if rerank.status_code == 200 else 0)
+    eventually(lambda: charged_total() == expected, timeout=30, what="the prompt tokens charged")
+    over = _post(embedder, "/v1/embeddings", {"model": SERVED_NAME, "input": [7] * 700}, key=TINY)
+    assert over.status_code == 413 and over.json()["error"]["code"] == "request_too_large"
+
+
+def test_a_generation_route_on_a_pooling_model_is_a_json_404(embedder):
+    response = _post(embedder, "/v1/completions", {"model": SERVED_NAME, "prompt": "zaba"})
+    assert response.status_code == 404 and _is_openai_error(response)

@@ -443,3 +443,24 @@ def test_the_responses_api_is_charged_under_the_ids_vllm_gives_its_turns():
     assert engine.seen[-1][2]["request_id"] == f"resp_{request_id}"  # the body names the engine request
     assert gateway.tags.claim(f"resp_{request_id}_0") is not None  # vLLM's first turn
     assert gateway.tags.claim(f"resp_{request_id}_0") is None
+
+
+def test_embeddings_take_the_whole_admission_path():
+    config = {**CONFIG, "tiers": {"gold": {**CONFIG["tiers"]["gold"], "max_request_tokens": 5}}}
+    gateway, engine = _gateway(config)
+    assert _request(gateway, "POST", "/v1/embeddings", {"model": "m", "input": "zaba"}, key=None).status_code == 401
+    response = _request(gateway, "POST", "/v1/embeddings", {"model": "m", "input": ["zaba kelo", "mu"]})
+    assert response.status_code == 200 and response.headers["x-kvscope-prompt-tokens"] == "3"
+    assert "max_tokens" not in engine.seen[-1][2]  # nothing to clamp
+    over = _request(gateway, "POST", "/v1/embeddings", {"model": "m", "input": "a b c d e f"})
+    assert over.status_code == 413 and _error(over)["code"] == "request_too_large"
+    (request_id, *_) = gateway.tags._tags
+    assert gateway.tags.claim(f"embd-{request_id}-0") is not None
+
+
+def test_a_route_the_model_does_not_mount_is_a_json_404():
+    gateway, engine = _gateway(mounted=frozenset({"/v1/embeddings", "/metrics"}))
+    response = _request(gateway, "POST", "/v1/completions", COMPLETION)
+    assert response.status_code == 404 and "not served for this model" in _error(response)["message"]
+    assert _request(gateway, "GET", "/ready", key=None).status_code == 200
+    assert not engine.seen

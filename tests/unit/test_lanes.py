@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from serving.admission import AdmissionPolicy
 from serving.gateway import Gateway
-from serving.gateway_config import GatewayConfig, Tier
+from serving.gateway_config import GatewayConfig
 from serving.lanes import KvLane
 from serving.metrics import ServingMetrics
 from serving.prompts import TokenizerCounter
@@ -185,8 +185,9 @@ class _Client:
         return json.loads(body)["error"]["message"] if body else ""
 
 
-def _call(gateway: Gateway, client: _Client) -> asyncio.Future[None]:
-    scope = {"type": "http", "method": "POST", "path": "/v1/completions", "headers": []}
+def _call(gateway: Gateway, client: _Client, key: str | None = None) -> asyncio.Future[None]:
+    headers = [(b"authorization", f"Bearer {key}".encode())] if key else []
+    scope = {"type": "http", "method": "POST", "path": "/v1/completions", "headers": headers}
     return asyncio.ensure_future(gateway(scope, client.receive, client.send))
 
 
@@ -217,10 +218,19 @@ def test_the_gateway_holds_a_second_long_prompt_until_the_first_leaves_the_engin
 def test_a_held_request_that_passes_its_deadline_gets_504_and_frees_its_place():
     async def scenario() -> None:
         engine = _Engine()
-        gateway, _ = _gateway(engine, GatewayConfig(tiers={"default": Tier(deadline_seconds=1.0)}), pool=20_000)
+        config = GatewayConfig.model_validate(
+            {
+                "tiers": {"patient": {}, "hurried": {"deadline_seconds": 1.0}},
+                "tenants": {
+                    "a": {"tier": "patient", "api_keys": ["sk-a"]},
+                    "b": {"tier": "hurried", "api_keys": ["sk-b"]},
+                },
+            }
+        )
+        gateway, _ = _gateway(engine, config, pool=20_000)
         first, second = _Client(6000), _Client(6000)
-        calls = [_call(gateway, c) for c in (first, second)]
-        # the first holds the lane until released, so the second can only leave by its deadline
+        calls = [_call(gateway, first, "sk-a"), _call(gateway, second, "sk-b")]
+        # the first (no deadline) holds the lane until released, so the second can only leave by its deadline
         await asyncio.wait_for(calls[1], timeout=60)
         assert second.status == 504 and "waiting at the gateway for the 'bulk' class's KV share" in second.error
         assert engine.entered == [6000] and gateway.lanes["bulk"].waiting == 0
