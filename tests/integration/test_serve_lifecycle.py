@@ -52,7 +52,7 @@ def test_impossible_combinations_are_refused_in_one_line(args, message):
 
 def test_bad_gateway_config_is_refused_in_one_line(tmp_path):
     config = tmp_path / "kvscope.yaml"
-    config.write_text("gateway: {tenants: {acme: {tier: platinum}}}\n")
+    config.write_text("gateway: {tenants: {acme: {tier: platinum, api_keys: [sk-acme]}}}\n")
     result = _serve("--config", str(config))
     assert result.returncode == exitcodes.USAGE
     assert "tenant 'acme' names unknown tier 'platinum'" in result.stderr
