@@ -459,6 +459,7 @@ def _gpu_alerts(config: Config) -> list[Alert]:
     full, over, floor = lim[t.GPU_MEMORY_FULL], lim[t.GPU_MEMORY_OVER_BUDGET], lim[t.GPU_UTIL_FLOOR]
     throttle, temp_limit = lim[t.THROTTLE_SHARE], lim[t.GPU_TEMP_HIGH]
     saturation, replays = lim[t.PCIE_SATURATION], lim[t.PCIE_REPLAY_RATE]
+    achievable = lim[t.PCIE_ACHIEVABLE_SHARE].value  # the diagnosis measures against the same rate
 
     def xid_count(matcher: Matcher) -> Expr:
         # a code's first XID creates its series at 1: counted from zero, not as no increase
@@ -510,7 +511,8 @@ def _gpu_alerts(config: Config) -> list[Alert]:
     tx, rx, cap = (metric(s, sel) for s in (c.DCGM_PCIE_TX_BYTES, c.DCGM_PCIE_RX_BYTES, c.GPU_PCIE_LINK_CAPACITY))
 
     def pcie_share(direction: Expr) -> Expr:
-        return direction.max(("instance", "gpu")).binop("/", cap.max(("instance", "gpu")), on=("instance", "gpu"))
+        reach = cap.max(("instance", "gpu")) * achievable
+        return direction.max(("instance", "gpu")).binop("/", reach, on=("instance", "gpu"))
 
     pcie = pcie_share(tx).gt(saturation.value).or_(pcie_share(rx).gt(saturation.value))
     sticky = metric(c.DCGM_XID_ERRORS, sel)
@@ -650,11 +652,14 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             "warning",
             "GPU PCIe link saturated.",
             "GPU {{ $labels.gpu }} on {{ $labels.instance }} moves {{ $value | humanizePercentage }} "
-            "of its PCIe link's capacity (seed 002: host-device copies stall the engine).",
+            "of what its PCIe link achieves (seed 002: host-device copies stall the engine).",
             fires=Case(
-                _pcie(fx, over_share * cap_value, cap_value), "5m", {"instance": "node-1:9400", "gpu": "3"}, over_share
+                _pcie(fx, over_share * achievable * cap_value, cap_value),
+                "5m",
+                {"instance": "node-1:9400", "gpu": "3"},
+                over_share,
             ),
-            silent=Case(_pcie(fx, under_share * cap_value, cap_value), "5m"),
+            silent=Case(_pcie(fx, under_share * achievable * cap_value, cap_value), "5m"),
             for_=saturation.for_,
             diagnose_scope="",
             group="kvscope-gpu",

@@ -33,6 +33,13 @@ def diagnose(
     recent: Annotated[
         str, typer.Option(help="--prometheus: the end of the window compared with what came before it.")
     ] = "5m",
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            help="--prometheus: the window before this one that changes are measured against "
+            "(default: the window's length)."
+        ),
+    ] = None,
     selector: Annotated[
         str,
         typer.Option(help='Label matchers for every query, e.g. namespace="prod",pod=~"vllm-.*" (braces optional).'),
@@ -72,6 +79,7 @@ def diagnose(
             "at": parse_time(at),
             "window": parse_duration(window),
             "recent": parse_duration(recent),
+            "baseline": parse_duration(baseline) if baseline else None,
             "interval": parse_duration(interval),
             "selector": Selector.parse(selector),
         }

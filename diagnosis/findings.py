@@ -28,6 +28,7 @@ ROOT_CAUSE_ORDER = (
     "thermal_power_throttling",
     "pcie_bottleneck",
     "prefix_cache_miss",
+    "load_imbalance",
     "kv_cache_exhaustion",
     "prefill_head_of_line",
     "capacity_saturation",
@@ -39,7 +40,18 @@ HEALTHY = "healthy"
 INSUFFICIENT_DATA = "insufficient_data"
 VOCABULARY = (*ROOT_CAUSE_ORDER, HEALTHY, INSUFFICIENT_DATA)
 
-AFFECTED_LABELS = ("namespace", "pod", "instance", "target", "gpu", "Hostname")
+AFFECTED_LABELS = (
+    "namespace",
+    "pod",
+    "instance",
+    "target",
+    "engine",
+    "gpu",
+    "GPU_I_ID",
+    "GPU_I_PROFILE",
+    "Hostname",
+    "hostname",
+)
 
 
 @dataclass
@@ -48,6 +60,7 @@ class Evidence:
     value: float
     threshold: float | None
     labels: dict[str, str]
+    measure: str = ""  # the measure it came from (diagnosis/measures.py), for the onset search
 
 
 @dataclass
@@ -59,6 +72,7 @@ class Finding:
     affected: list[dict[str, str]] = field(default_factory=list)
     evidence: list[Evidence] = field(default_factory=list)
     remediation: list[str] = field(default_factory=list)
+    scope: str = ""  # the machine (or pod) it was found on: diagnosis/scopes.py
 
     def __post_init__(self) -> None:
         if self.id not in VOCABULARY:
@@ -73,8 +87,14 @@ def affected(labels: dict[str, str]) -> dict[str, str]:
 
 def describe(labels: dict[str, str]) -> str:
     """A short name for an entity in a sentence: pod, else target, else instance, + GPU."""
-    name = labels.get("pod") or labels.get("target") or labels.get("instance") or labels.get("Hostname") or "?"
+    host = labels.get("Hostname") or labels.get("hostname") or ""
+    name = labels.get("pod") or labels.get("target") or labels.get("instance") or host or "?"
     if "gpu" in labels:
-        host = labels.get("Hostname") or labels.get("instance") or ""
-        return f"GPU {labels['gpu']}" + (f" on {host}" if host else "")
+        host = host or labels.get("instance") or ""
+        device = f"GPU {labels['gpu']}"
+        if labels.get("GPU_I_ID"):
+            device += f" MIG {labels['GPU_I_ID']} ({labels.get('GPU_I_PROFILE', '?')})"
+        return device + (f" on {host}" if host else "")
+    if labels.get("engine"):
+        return f"{name} engine {labels['engine']}"
     return name

@@ -8,6 +8,7 @@ kvscope's exporter both work. Quantiles are per instance, never pooled across a 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -24,8 +25,21 @@ class Entity(StrEnum):
 
 # Labels that identify an engine instance or a GPU, whichever of them the data carries.
 ENTITY_LABELS: dict[Entity, tuple[str, ...]] = {
-    Entity.ENGINE: ("namespace", "pod", "instance", "target", "model_name"),
-    Entity.GPU: ("Hostname", "instance", "gpu", "UUID", "modelName"),
+    Entity.ENGINE: ("namespace", "pod", "instance", "target", "model_name", "engine"),
+    # MIG instances are their own devices (GPU_I_ID), never added into their parent; dcgm-exporter's
+    # Kubernetes mapping puts the pod using a GPU on its series (`pod`, `namespace`)
+    Entity.GPU: (
+        "Hostname",
+        "hostname",
+        "instance",
+        "gpu",
+        "UUID",
+        "GPU_I_ID",
+        "GPU_I_PROFILE",
+        "modelName",
+        "pod",
+        "namespace",
+    ),
 }
 
 
@@ -44,6 +58,7 @@ class Kind(StrEnum):
     QUANTILE = "quantile"  # histogram quantile over the window
     MEAN = "mean"  # histogram sum / count over the window
     CHANGED = "changed"  # a sticky gauge changed or appeared in the window (1) or not (0)
+    RESETS = "resets"  # counter resets in the window (restarts)
 
 
 @dataclass(frozen=True)
@@ -138,6 +153,49 @@ MEASURES: tuple[Measure, ...] = (
         quantile=0.99,
         help="p99 prompt length",
     ),
+    _m(
+        "prompt_mean",
+        E,
+        Kind.MEAN,
+        c.VLLM_REQUEST_PROMPT_TOKENS,
+        help="mean prompt length",
+    ),
+    _m(
+        "output_mean",
+        E,
+        Kind.MEAN,
+        c.VLLM_REQUEST_GENERATION_TOKENS,
+        help="mean output length",
+    ),
+    _m(
+        "rejection_rate",
+        E,
+        Kind.RATE,
+        c.VLLM_ADMISSION_REJECTIONS,
+        help="requests the engine refused to admit per second (a capped queue)",
+    ),
+    _m(
+        "start_time",
+        E,
+        Kind.GAUGE_MAX,
+        c.PROCESS_START_TIME,
+        help="the engine process's start time (unix seconds)",
+    ),
+    _m(
+        "restarts",
+        E,
+        Kind.RESETS,
+        c.VLLM_PROMPT_TOKENS,
+        help="counter resets in the window (engine restarts)",
+    ),
+    _m(
+        "prefix_hit",
+        E,
+        Kind.RATIO,
+        c.VLLM_PREFIX_CACHE_HITS,
+        denominator=(c.VLLM_PREFIX_CACHE_QUERIES,),
+        help="prefix-cache hit rate over the window",
+    ),
     _m("gateway_mean", E, Kind.MEAN, c.REQUEST_GATEWAY_SECONDS, help="mean time in the gateway"),
     _m(
         "held_max",
@@ -216,6 +274,13 @@ MEASURES: tuple[Measure, ...] = (
     ),
     # step 3: GPU memory and utilisation
     _m("gpu_util_avg", G, Kind.GAUGE_AVG, c.DCGM_GPU_UTIL, help="mean GPU utilisation (%)"),
+    _m(
+        "gr_active_avg",
+        G,
+        Kind.GAUGE_AVG,
+        c.DCGM_GR_ENGINE_ACTIVE,
+        help="mean graphics-engine activity, 0 to 1: the utilisation where GPU_UTIL is absent, as on MIG",
+    ),
     _m("fb_used_max", G, Kind.GAUGE_MAX, c.DCGM_FB_USED, help="peak framebuffer used (MiB)"),
     _m("fb_used_slope", G, Kind.DERIV, c.DCGM_FB_USED, help="framebuffer growth (MiB/s)"),
     _m("fb_free_min", G, Kind.GAUGE_MIN, c.DCGM_FB_FREE, help="lowest framebuffer free (MiB)"),
@@ -235,6 +300,22 @@ MEASURES: tuple[Measure, ...] = (
         Kind.CHANGED,
         c.DCGM_XID_ERRORS,
         help="sticky last-XID gauge changed in window",
+    ),
+    _m(
+        "xid_window_max",
+        G,
+        Kind.GAUGE_MAX,
+        c.DCGM_EXP_XID_COUNT,
+        by=("xid",),
+        help="XIDs in dcgm-exporter's count window (its windowed XID count), the most in the window",
+    ),
+    _m(
+        "health_status",
+        G,
+        Kind.GAUGE_MAX,
+        c.DCGM_EXP_HEALTH,
+        by=("health_watch", "health_error_code"),
+        help="DCGM health watch result (0 pass, 10 warn, 20 fail)",
     ),
     _m("xid_last", G, Kind.GAUGE_LAST, c.DCGM_XID_ERRORS, help="last XID (dcgm-exporter)"),
     _m(
@@ -256,6 +337,36 @@ MEASURES: tuple[Measure, ...] = (
     _m("app_sm_clock", G, Kind.GAUGE_LAST, c.DCGM_APP_SM_CLOCK, help="base (application) SM clock"),
     _m("power_avg", G, Kind.GAUGE_AVG, c.DCGM_POWER_USAGE, help="mean power (W)"),
     _m("power_limit", G, Kind.GAUGE_LAST, c.DCGM_POWER_LIMIT, help="enforced power limit (W)"),
+    _m("max_sm_clock", G, Kind.GAUGE_LAST, c.DCGM_MAX_SM_CLOCK, help="maximum SM clock (MHz)"),
+    _m(
+        "clock_reasons",
+        G,
+        Kind.GAUGE_LAST,
+        c.DCGM_CLOCK_EVENT_REASONS,
+        help="clock-event reasons now (NVML bitmask)",
+    ),
+    _m(
+        "clock_events",
+        G,
+        Kind.GAUGE_MAX,
+        c.DCGM_EXP_CLOCK_EVENTS,
+        by=("clock_event",),
+        help="clock events in dcgm-exporter's count window, by reason",
+    ),
+    _m(
+        "power_violation",
+        G,
+        Kind.RATE,
+        c.DCGM_POWER_VIOLATION,
+        help="time throttled by the power cap (ns per s)",
+    ),
+    _m(
+        "thermal_violation",
+        G,
+        Kind.RATE,
+        c.DCGM_THERMAL_VIOLATION,
+        help="time throttled by temperature (ns per s)",
+    ),
     _m("temp_max", G, Kind.GAUGE_MAX, c.DCGM_GPU_TEMP, help="peak GPU temperature (C)"),
     _m("slowdown_temp", G, Kind.GAUGE_LAST, c.DCGM_SLOWDOWN_TEMP, help="slowdown temperature (C)"),
     _m(
@@ -292,8 +403,31 @@ del E, G, c
 
 BY_NAME: dict[str, Measure] = {m.name: m for m in MEASURES}
 
-# Without these the diagnosis cannot say anything about the engine: exit 3, naming them.
-REQUIRED: tuple[str, ...] = ("kv_usage_max", "waiting_max", "running_max")
+# Without any of these the diagnosis cannot say anything: exit 3, naming them. Each check
+# runs on what it needs, so a GPU node without vLLM, or a page without a KV gauge, still counts.
+REQUIRED: tuple[str, ...] = (
+    "kv_usage_max",
+    "waiting_max",
+    "running_max",
+    "gpu_util_avg",
+    "gr_active_avg",
+    "fb_used_max",
+    "temp_max",
+    "sm_clock_avg",
+    "xid_last",
+)
+
+# The load and configuration compared with the baseline before the window (`changes`).
+BASELINE: tuple[str, ...] = (
+    "request_rate",
+    "prompt_mean",
+    "prompt_p99",
+    "output_mean",
+    "generation_tps",
+    "prefix_hit",
+    "start_time",
+    "cache_config",
+)
 
 
 @dataclass
@@ -311,6 +445,10 @@ class Measurements:
 
     values: dict[str, list[Value]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # measure -> why it could not be fetched
+    baseline: dict[str, list[Value]] = field(default_factory=dict)  # BASELINE measures, the window before
+    notes: list[str] = field(default_factory=list)  # values dropped (DCGM blanks, NaN, negative)
+    sources: list[dict[str, str]] = field(default_factory=list)  # {source, status, detail}
+    onsets: dict[tuple[str, tuple[str, ...]], float] = field(default_factory=dict)  # (id, scopes) -> time
 
     def get(self, name: str) -> list[Value]:
         return self.values.get(name, [])
@@ -320,6 +458,17 @@ class Measurements:
 
     def has(self, name: str) -> bool:
         return bool(self.values.get(name))
+
+
+def usable(measure: Measure, value: float) -> bool:
+    """A number the checks may read: finite, and for a GPU reading (gauges and counters, not
+    slopes) neither negative nor one of DCGM's blank sentinels (a field the driver has no value
+    for reads at or above 2^47)."""
+    if not math.isfinite(value):
+        return False
+    if measure.entity is not Entity.GPU or measure.kind is Kind.DERIV:
+        return True
+    return 0 <= value < catalog.DCGM_BLANK_FLOOR
 
 
 def entity_key(labels: dict[str, str], entity: Entity) -> tuple[tuple[str, str], ...]:

@@ -12,7 +12,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from diagnosis.changes import Change
 from diagnosis.findings import SCHEMA, Finding
+from diagnosis.incidents import Incident
 from diagnosis.verdict import Diagnosis
 from kvscope.durations import format_duration, rfc3339
 
@@ -40,6 +42,31 @@ def _finding(f: Finding) -> dict[str, Any]:
     }
 
 
+def _when(at: object) -> str | None:
+    return rfc3339(float(at)) if isinstance(at, int | float) else None
+
+
+def _incident(i: Incident) -> dict[str, Any]:
+    trigger = None
+    if i.trigger:
+        trigger = {**i.trigger, "at": _when(i.trigger.get("at"))}
+    return {
+        "id": i.id,
+        "severity": i.severity.value,
+        "confidence": i.confidence,
+        "onset": _when(i.onset),
+        "summary": i.summary,
+        "affected": i.affected,
+        "scope": [s for s in i.scopes if s],
+        "explains": i.explains,
+        "trigger": trigger,
+    }
+
+
+def _change(c: Change) -> dict[str, Any]:
+    return {"signal": c.signal, "scope": c.scope, "before": c.before, "after": c.after, "at": _when(c.at)}
+
+
 def to_dict(d: Diagnosis) -> dict[str, Any]:
     out: dict[str, Any] = {
         "schema": SCHEMA,
@@ -53,7 +80,13 @@ def to_dict(d: Diagnosis) -> dict[str, Any]:
         "affected": d.affected,
         "steps": [{"step": s.step, "name": s.name, "status": s.status, "detail": s.detail} for s in d.steps],
         "findings": [_finding(f) for f in d.findings],
+        "incidents": [_incident(i) for i in d.incidents],
+        "changes": [_change(c) for c in d.changes],
+        "alerts": d.alerts,
+        "sources": d.sources,
     }
+    if d.notes:
+        out["notes"] = d.notes
     if d.missing:
         out["missing"] = d.missing
     return out
@@ -89,6 +122,28 @@ def render_text(d: Diagnosis, console: Console) -> None:
     if d.affected:
         parts.append(Text("affected: " + "; ".join(", ".join(f"{k}={v}" for k, v in a.items()) for a in d.affected)))
     console.print(Panel(Group(*parts), title="verdict", border_style=_STYLE.get(d.severity.value, "white")))
+    if d.incidents:
+        incidents = Table(title=f"{len(d.incidents)} incident(s)", title_justify="left", expand=True)
+        for column, width in (("#", 2), ("incident", 26), ("severity", 9), ("scope", 18), ("onset", 20)):
+            incidents.add_column(column, width=width)
+        incidents.add_column("summary", overflow="fold")
+        for n, i in enumerate(d.incidents, 1):
+            incidents.add_row(
+                str(n),
+                i.id,
+                Text(i.severity.value, style=_STYLE[i.severity.value]),
+                ", ".join(s for s in i.scopes if s) or "fleet",
+                _when(i.onset) or "-",
+                i.summary + (f" (explains {', '.join(i.explains)})" if i.explains else ""),
+            )
+        console.print(incidents)
+    for c in d.changes[:8]:
+        console.print(f"  changed on {c.where}: {c.signal} {c.before} -> {c.after}", highlight=False)
+    for a in d.alerts:
+        console.print(f"  alert {a['alertname']}: explained by {a.get('explained_by') or 'nothing'}", highlight=False)
+    for src in d.sources:
+        if src.get("status") != "ok":
+            console.print(f"  source {src['source']}: {src['status']} ({src.get('detail', '')})", style="yellow")
     for f in d.findings:
         table = Table(
             show_header=True,
@@ -122,6 +177,21 @@ def render_markdown(d: Diagnosis) -> str:
             "",
             "**Affected:** " + "; ".join(", ".join(f"`{k}={v}`" for k, v in a.items()) for a in d.affected),
         ]
+    if d.incidents:
+        lines += ["", "| # | incident | severity | scope | onset | summary |", "| --- | --- | --- | --- | --- | --- |"]
+        for n, i in enumerate(d.incidents, 1):
+            scope = ", ".join(s for s in i.scopes if s) or "fleet"
+            summary = (i.summary + (f" (explains {', '.join(i.explains)})" if i.explains else "")).replace("|", "/")
+            lines.append(f"| {n} | `{i.id}` | {i.severity.value} | {scope} | {_when(i.onset) or '-'} | {summary} |")
+    if d.changes:
+        lines += ["", "**What changed** (against the baseline before the window):"]
+        lines += [f"- {c.where}: `{c.signal}` {c.before} -> {c.after}" for c in d.changes[:8]]
+    if d.alerts:
+        lines += ["", "**Firing alerts:**"]
+        lines += [f"- `{a['alertname']}`: explained by `{a.get('explained_by') or 'nothing'}`" for a in d.alerts]
+    bad = [src for src in d.sources if src.get("status") != "ok"]
+    if bad:
+        lines += ["", "**Sources:**"] + [f"- `{b['source']}`: {b['status']} ({b.get('detail', '')})" for b in bad]
     lines += ["", "| # | triage step | status | detail |", "| --- | --- | --- | --- |"]
     lines += [f"| {s.step} | {s.name} | {s.status} | {s.detail.replace('|', '/')} |" for s in d.steps]
     for f in d.findings:

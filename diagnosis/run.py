@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from diagnosis import onset
 from diagnosis.findings import INSUFFICIENT_DATA, Severity
 from diagnosis.measures import MEASURES, Entity
 from diagnosis.sources import SourceError
@@ -25,6 +26,7 @@ class Request:
     bundle: Path | None = None
     at: float = 0.0
     window: float = 1800.0
+    baseline: float | None = None  # the window before compared with this one; default its length
     recent: float = RECENT
     selector: Selector = ANY
     path_prefix: str = ""
@@ -63,10 +65,17 @@ def run(request: Request) -> Diagnosis:
             engine_selector=config.engine_selector,
         )
         try:
-            measurements = prom.fetch(MEASURES, request.at, request.window)
+            measurements = prom.fetch(MEASURES, request.at, request.window, request.baseline)
+            result = diagnose(measurements, request.at, request.window, prom.name, config)
+            onset.find(prom, result.incidents, request.at, request.window + (request.baseline or request.window))
+            for incident in result.incidents:
+                if incident.onset is not None:
+                    measurements.onsets[(incident.id, tuple(sorted(incident.scopes)))] = incident.onset
         finally:
             prom.close()
-        at, window, source = request.at, request.window, prom.name
+        if request.save_bundle is not None:
+            bundles.save(request.save_bundle, bundles.Bundle(request.at, request.window, prom.name, measurements))
+        return result
     else:
         raise SourceError("no source: give --prometheus URL, --scrape URL or --bundle FILE")
     if request.save_bundle is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from diagnosis.changes import Change, changes, sentence
 from diagnosis.checks import Context, all_checks, value
 from diagnosis.findings import (
     HEALTHY,
@@ -15,6 +16,7 @@ from diagnosis.findings import (
     Severity,
     describe,
 )
+from diagnosis.incidents import Incident, group
 from diagnosis.measures import BY_NAME, REQUIRED, Measurements
 from kvscope import exitcodes
 from kvscope import thresholds as t
@@ -42,6 +44,11 @@ class Diagnosis:
     steps: list[Step] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    incidents: list[Incident] = field(default_factory=list)
+    changes: list[Change] = field(default_factory=list)
+    alerts: list[dict[str, object]] = field(default_factory=list)
+    sources: list[dict[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -53,8 +60,11 @@ class Diagnosis:
 
 
 def missing_required(m: Measurements) -> list[str]:
-    """The required series the source lacks, as metric names (with their fallbacks)."""
-    return [" or ".join(BY_NAME[name].names[:2]) for name in REQUIRED if not m.has(name)]
+    """The series the source lacks when it has none of them, as metric names (with fallbacks):
+    each check runs on what it needs, so any one of them is enough to start."""
+    if any(m.has(name) for name in REQUIRED):
+        return []
+    return [" or ".join(BY_NAME[name].names[:2]) for name in REQUIRED]
 
 
 def diagnose(m: Measurements, at: float, window: float, source: str, config: Config | None = None) -> Diagnosis:
@@ -69,42 +79,89 @@ def diagnose(m: Measurements, at: float, window: float, source: str, config: Con
             INSUFFICIENT_DATA,
             Severity.OK,
             0.0,
-            f"cannot diagnose: the source has no {', '.join(missing)} in the window",
+            f"cannot diagnose: the source has none of {', '.join(missing[:3])} (nor the rest) in the window",
             steps=[Step(i + 1, n, "skipped", "no data") for i, n in enumerate(STEP_NAMES)],
             missing=missing,
+            sources=m.sources,
+            notes=m.notes,
         )
     ctx = Context.of(m, config.thresholds, config.gpu_models)
-    findings = [f for check in all_checks() if (f := check(ctx)) is not None]
+    findings = [f for check in all_checks() for f in check(ctx)]
     findings.sort(key=lambda f: (ROOT_CAUSE_ORDER.index(f.id), -f.severity.rank, -f.confidence))
     steps = triage(ctx, findings)
-    if not findings:
-        confidence = 0.9 if ctx.gpus else 0.7  # without GPU data, hardware is unchecked
-        return Diagnosis(
-            at,
-            window,
-            source,
-            HEALTHY,
-            Severity.OK,
-            confidence,
-            "healthy: KV cache, queue, GPUs and hardware are within their thresholds",
-            steps=steps,
-        )
-    primary = findings[0]
-    severity = max((f.severity for f in findings), key=lambda s: s.rank)
-    also = [f.id for f in findings[1:]]
-    summary = primary.summary + (f" Also: {', '.join(also)}." if also else "")
-    return Diagnosis(
+    found = changes(ctx)
+    incidents = group(findings, ctx.scopes, ctx.scopes.count())
+    for incident in incidents:
+        incident.onset = m.onsets.get((incident.id, tuple(sorted(incident.scopes))))
+        own = OWN_SIGNAL.get(incident.id)  # an incident's own signal is not its trigger
+        nearby = [c for c in found if c.where in incident.scopes and c.signal != own]
+        trigger = min(nearby, key=_trigger_rank) if nearby else None
+        if trigger is not None:
+            incident.trigger = {
+                "signal": trigger.signal,
+                "before": trigger.before,
+                "after": trigger.after,
+                "at": trigger.at,
+                "scope": trigger.scope,
+            }
+            incident.summary = incident.cause.summary.rstrip(".") + f", after {sentence(trigger, found)}."
+    base = Diagnosis(
         at,
         window,
         source,
-        primary.id,
-        severity,
-        primary.confidence,
-        summary,
-        affected=primary.affected,
+        HEALTHY,
+        Severity.OK,
+        0.0,
+        "",
         steps=steps,
         findings=findings,
+        incidents=incidents,
+        changes=found,
+        sources=m.sources,
+        notes=m.notes,
     )
+    if not incidents:
+        base.confidence = 0.9 if ctx.gpus and ctx.engines else 0.7  # part of the stack is unchecked
+        checked = (
+            "KV cache, queue, GPUs and hardware"
+            if ctx.gpus and ctx.engines
+            else (
+                "the GPUs and their hardware (no engine series)" if ctx.gpus else "KV cache and queue (no GPU series)"
+            )
+        )
+        base.summary = f"healthy: {checked} are within their thresholds"
+        return base
+    primary = incidents[0]
+    base.bottleneck = primary.id
+    base.severity = max((i.severity for i in incidents), key=lambda s: s.rank)
+    base.confidence = primary.confidence
+    base.affected = primary.affected
+    more = [f"{i.id} on {', '.join(s for s in i.scopes if s) or 'the fleet'}" for i in incidents[1:]]
+    base.summary = primary.summary + (
+        f" {len(more)} more incident{'s' if len(more) > 1 else ''}: {'; '.join(more)}." if more else ""
+    )
+    return base
+
+
+# which change reads as the trigger when several moved on one scope: discrete events first, then
+# the load (seed 000: the mean prompt length, at the same request rate), the tail last
+TRIGGER_ORDER = (
+    "engine_restart",
+    "model",
+    "cache_config",
+    "request_rate",
+    "prompt_tokens_mean",
+    "output_tokens_mean",
+    "prefix_hit_rate",
+    "prompt_tokens_p99",
+)
+
+
+OWN_SIGNAL = {"prefix_cache_miss": "prefix_hit_rate"}
+
+
+def _trigger_rank(change: Change) -> int:
+    return TRIGGER_ORDER.index(change.signal) if change.signal in TRIGGER_ORDER else len(TRIGGER_ORDER)
 
 
 STEP_NAMES = ("kv_cache", "queue", "gpu_memory_utilization", "preemption", "kernels")
@@ -118,6 +175,15 @@ def _worst(ctx: Context, name: str, entities: str = "engines") -> tuple[float, s
         if v is not None and (best is None or v > best[0]):
             labels = view[name][0].labels
             best = (v, describe(labels))
+    return best
+
+
+def _worst_util(ctx: Context) -> tuple[float, str] | None:
+    best: tuple[float, str] | None = None
+    for view in ctx.gpus.values():
+        u = ctx.util(view)
+        if u is not None and (best is None or u > best[0]):
+            best = (u, describe(next(iter(view.values()))[0].labels))
     return best
 
 
@@ -157,7 +223,7 @@ def triage(ctx: Context, findings: list[Finding]) -> list[Step]:
         if growing and slope is not None:
             detail += f", growing {slope[0]:.2f}/s"
         steps.append(Step(2, "queue", status, detail))
-    util, used = _worst(ctx, "gpu_util_avg", "gpus"), _worst(ctx, "fb_used_max", "gpus")
+    util, used = _worst_util(ctx), _worst(ctx, "fb_used_max", "gpus")
     if util is None and used is None:
         steps.append(Step(3, "gpu_memory_utilization", "skipped", "no GPU series (no DCGM / NVML exporter)"))
     else:

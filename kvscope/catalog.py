@@ -412,7 +412,15 @@ DCGM_EXP_XID_COUNT = _dcgm(
     "xid",
     "window_size_in_ms",
 )
-DCGM_EXP_CLOCK_EVENTS_COUNT = _dcgm(
+DCGM_EXP_HEALTH = _dcgm(
+    "DCGM_EXP_GPU_HEALTH_STATUS",
+    G,
+    "result",
+    "DCGM passive health watch result: 0 pass, 10 warn, 20 fail (dcgm-exporter 4.x).",
+    "health_watch",
+    "health_error_code",
+)
+DCGM_EXP_CLOCK_EVENTS = _dcgm(
     "DCGM_EXP_CLOCK_EVENTS_COUNT",
     G,
     "events",
@@ -438,6 +446,9 @@ CLOCK_EVENT_REASONS = {
     0x80: "hw_power_brake_slowdown",
     0x100: "display_clock_setting",
 }
+# DCGM's blank values (dcgm_structs.h DCGM_INT64_BLANK .. and DCGM_FP64_BLANK): a field the
+# driver has no value for reads at or above these; they are never values.
+DCGM_BLANK_FLOOR = 140737488355328.0
 # The reasons that mean "held down by power or temperature" (the others are by design).
 THROTTLE_REASONS = (
     "sw_power_cap",
@@ -730,6 +741,15 @@ HOST_CPUS = _own("kvscope_host_cpus", G, "cpus", "Logical CPUs.")
 
 SCRAPE_UP = Signal(
     "up", G, "bool", "1 when Prometheus' last scrape of the target succeeded.", Source.PROMETHEUS, ("job", "instance")
+)
+
+PROCESS_START_TIME = Signal(
+    "process_start_time_seconds",
+    G,
+    "seconds",
+    "Start time of the process (prometheus_client's process collector, on vLLM's page): restarts.",
+    Source.VLLM,
+    _VLLM,
 )
 
 # --- recording rules (alerts/): SLO error ratios over the multi-window burn-rate windows -------

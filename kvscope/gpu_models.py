@@ -28,6 +28,11 @@ MODELS = {
     "H200": GpuModel("NVIDIA H200", 143771, 700, 90, 1980, 1590, 345, 3201, 87, 5, 16),
     "A100": GpuModel("NVIDIA A100-SXM4-80GB", 81920, 400, 60, 1410, 1275, 210, 1593, 87, 4, 16),
     "L40S": GpuModel("NVIDIA L40S", 46068, 350, 35, 2520, 1110, 210, 9001, 88, 4, 16),
+    # inference parts seen on real pages (../shared/real-pages: Tesla T4 at its 70 W cap, L4);
+    # slowdown temperatures as nvidia-smi -q -d TEMPERATURE commonly reports them: override per
+    # fleet in kvscope.yaml `gpu_models` where a board differs
+    "T4": GpuModel("Tesla T4", 15360, 70, 9, 1590, 585, 300, 5001, 93, 3, 16),
+    "L4": GpuModel("NVIDIA L4", 23034, 72, 16, 2040, 795, 210, 6251, 90, 4, 16),
 }
 
 
@@ -74,7 +79,8 @@ PCIE_LANE_BYTES_PER_SECOND = {1: 250e6, 2: 500e6, 3: 984.6e6, 4: 1969e6, 5: 3938
 
 
 def pcie_capacity(generation: float | None, width: float | None) -> float | None:
-    """Bytes per second per direction of a link, or None when a part is unknown."""
+    """Nominal bytes per second per direction of a link, or None when a part is unknown (what
+    transfers reach is a share of it: thresholds.PCIE_ACHIEVABLE_SHARE)."""
     if not generation or not width or int(generation) not in PCIE_LANE_BYTES_PER_SECOND:
         return None
     return PCIE_LANE_BYTES_PER_SECOND[int(generation)] * width

@@ -268,6 +268,9 @@ class Expr:
     def deriv(self, window: str | None = None) -> Expr:
         return self._over("deriv", window)
 
+    def resets(self, window: str | None = None) -> Expr:
+        return self._over("resets", window)
+
     def changes(self, window: str | None = None) -> Expr:
         return self._over("changes", window)
 

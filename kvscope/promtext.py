@@ -52,6 +52,58 @@ def parse(text: str) -> list[Sample]:
     return [Sample(s.name, dict(s.labels), float(s.value)) for family in parse_families(text) for s in family.samples]
 
 
+def parse_lenient(text: str) -> tuple[list[Sample], int]:
+    """Every sample that can be read, and how many lines could not: a page with redacted or
+    broken lines (as pastes and half-written pages are) costs only those lines. A whole page
+    that parses is read in one pass; otherwise each family block, then each of its lines."""
+    try:
+        return parse(text), 0
+    except Exception:  # the parser raises assorted errors on junk
+        pass
+    samples: list[Sample] = []
+    bad = 0
+    for block in _blocks(text):
+        try:
+            samples += parse("\n".join(block) + "\n")
+            continue
+        except Exception:
+            pass
+        header = [line for line in block if line.startswith("#")]
+        for line in block:
+            if line.startswith("#") or not line.strip():
+                continue
+            try:
+                samples += parse("\n".join([*header, line]) + "\n")
+            except Exception:
+                bad += 1
+    return samples, bad
+
+
+def _blocks(text: str) -> list[list[str]]:
+    """The page split where a new family's comments begin or the sample name changes."""
+    blocks: list[list[str]] = []
+    current: list[str] = []
+    last_name = ""
+    for line in text.splitlines():
+        if line.startswith("#"):
+            if current and not current[-1].startswith("#"):
+                blocks.append(current)
+                current = []
+            current.append(line)
+            continue
+        match = _SAMPLE_NAME.match(line)
+        name = match.group(1) if match else ""
+        base = re.sub(r"_(bucket|sum|count|total|created)$", "", name)
+        if current and not current[-1].startswith("#") and base != last_name:
+            blocks.append(current)
+            current = []
+        current.append(line)
+        last_name = base
+    if current:
+        blocks.append(current)
+    return blocks
+
+
 def select(samples: Iterable[Sample], name: str, **labels: str) -> list[Sample]:
     """Samples named `name` whose labels include `labels`."""
     return [s for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]

@@ -175,11 +175,36 @@ CLOCK_BELOW_BASE = Threshold(
     "SM clock under 90 % of the base (application) clock while busy: throttled.",
     for_="5m",
 )
+CLOCK_BELOW_MAX = Threshold(
+    "clock_below_max",
+    0.7,
+    "ratio",
+    "SM clock under 70 % of the GPU's maximum while busy and at its power limit or slowdown "
+    "temperature: held down, not trimmed (power management under full load takes a few hundred MHz "
+    "off the boost clock; seed 004's incident was 1.4 -> 1.1 GHz). Default counters carry no base "
+    "clock, so this is the check that works on them.",
+    for_="5m",
+)
+GPU_TEMP_MARGIN = Threshold(
+    "gpu_temp_margin",
+    2,
+    "C",
+    "Within this many degrees of the model's slowdown temperature (datasheet, or "
+    "the exported slowdown temperature where there is one) the GPU is about to, or does, slow its clocks.",
+)
+PCIE_ACHIEVABLE_SHARE = Threshold(
+    "pcie_achievable_share",
+    0.82,
+    "ratio",
+    "The share of a link's nominal rate that transfers reach: TLP headers, flow control and DLLPs "
+    "take the rest (Gen4 x16 moves about 26 of its 31.5 GB/s with 256-byte payloads). "
+    "pcie_saturation is measured against this, not the nominal rate no link reaches.",
+)
 PCIE_SATURATION = Threshold(
     "pcie_saturation",
     0.8,
     "ratio",
-    "PCIe traffic above 80 % of the link's capacity (seed 002: host-device copies stalled).",
+    "PCIe traffic above 80 % of what the link achieves (seed 002: host-device copies stalled).",
     for_="5m",
 )
 PCIE_REPLAY_RATE = Threshold(
@@ -193,6 +218,26 @@ THROTTLE_SHARE = Threshold(
     0.3,
     "ratio",
     "A power or thermal clock-event reason active this share of the window.",
+)
+IMBALANCE_IDLE_KV = Threshold(
+    "imbalance_idle_kv",
+    0.2,
+    "ratio",
+    "A sibling engine of one model is idle: nothing waiting and its KV pool under this share, while "
+    "another is saturated; the fix is balancing (vLLM's DP load balancing, the router), not capacity.",
+)
+CHANGE_RATIO = Threshold(
+    "change_ratio",
+    1.3,
+    "factor",
+    "A load signal (request rate, prompt or output length) moved by this factor against the baseline "
+    "window: a change worth naming as an incident's trigger (seed 000: prompts 1.8x longer).",
+)
+CHANGE_HIT_POINTS = Threshold(
+    "change_hit_points",
+    0.2,
+    "ratio",
+    "The prefix-cache hit rate moved by this many points against the baseline window.",
 )
 GATEWAY_OVERHEAD_SHARE = Threshold(
     "gateway_overhead_share",

@@ -1,8 +1,12 @@
 """Checks: small pure functions over fetched measurements, each returning a finding or None.
 
 They never fetch and never render. The per-entity views group measurements by the labels
-that identify an engine instance or a GPU. Every check has the same skeleton, `one_finding`:
-judge each view (a `Hit` or nothing), take the worst hit, describe the finding.
+that identify an engine (instance, data-parallel engine) or a GPU (or MIG device). Entities
+are joined into scopes, one per machine as far as the data tells: a GPU and an engine share a
+scope when dcgm-exporter's pod mapping names the engine's pod on the GPU, or when both come
+from one kvscope exporter (the same `instance`); the GPUs of one host share it, and so do the
+engines of one pod. Every check has the same skeleton, `scoped_findings`: judge each view (a
+`Hit` or nothing), and describe one finding per scope from its worst hit.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 
 from diagnosis.findings import Evidence, Finding, Severity, affected, describe
 from diagnosis.measures import BY_NAME, Entity, Measurements, Value, entity_key
+from diagnosis.scopes import Scopes
 from kvscope.gpu_models import DEFAULT_MODELS, GpuModels
 from kvscope.thresholds import DEFAULTS, Threshold, Thresholds
 
@@ -28,6 +33,8 @@ class Context:
     gpus: dict[Key, View] = field(default_factory=dict)
     limits: Thresholds = DEFAULTS
     models: GpuModels = DEFAULT_MODELS
+    scopes: Scopes = field(default_factory=Scopes)
+    baseline: dict[Key, View] = field(default_factory=dict)  # the same entities, the window before
 
     @classmethod
     def of(cls, m: Measurements, limits: Thresholds = DEFAULTS, models: GpuModels = DEFAULT_MODELS) -> Context:
@@ -41,7 +48,41 @@ class Context:
                 continue
             for v in values:
                 views[entity][entity_key(v.labels, entity)][name].append(v)
-        return cls(m, dict(views[Entity.ENGINE]), dict(views[Entity.GPU]), limits, models)
+        baseline: dict[Key, View] = defaultdict(lambda: defaultdict(list))
+        for name, values in m.baseline.items():
+            if name in BY_NAME:
+                for v in values:
+                    baseline[entity_key(v.labels, BY_NAME[name].entity)][name].append(v)
+        engines, gpus = dict(views[Entity.ENGINE]), dict(views[Entity.GPU])
+        scopes = Scopes.of([labels_of(v) for v in engines.values()], [labels_of(v) for v in gpus.values()])
+        return cls(m, engines, gpus, limits, models, scopes, dict(baseline))
+
+    def before(self, view: View, name: str) -> Value | None:
+        """The measure for the same entity over the baseline window before this one."""
+        past = self.baseline.get(entity_key(labels_of(view), BY_NAME[name].entity), {})
+        return first(past, name)
+
+    def scope(self, view: View) -> str:
+        """The scope (machine, or pod where no machine is known) a view belongs to."""
+        return self.scopes.of_labels(labels_of(view))
+
+    def gpus_with(self, view: View) -> list[View]:
+        """The GPU views in the same scope as `view`."""
+        scope = self.scope(view)
+        return [g for g in self.gpus.values() if self.scope(g) == scope]
+
+    def engines_with(self, view: View) -> list[View]:
+        """The engine views in the same scope as `view`."""
+        scope = self.scope(view)
+        return [e for e in self.engines.values() if self.scope(e) == scope]
+
+    def util(self, view: View) -> float | None:
+        """A GPU's mean utilisation in percent: the utilisation gauge, else the graphics engine's
+        activity (MIG and profiling-only configurations have no GPU_UTIL)."""
+        util = value(view, "gpu_util_avg")
+        if util is None and (active := value(view, "gr_active_avg")) is not None:
+            util = active * 100
+        return util
 
     def limit(self, threshold: Threshold) -> float:
         """The effective value of a threshold (the user's kvscope.yaml, else the default)."""
@@ -52,10 +93,11 @@ class Context:
         kvscope export re-exposes its node's engines), the largest when several. The alert
         GPUMemoryFull joins the same way, so the two agree."""
         shares = []
+        scope = self.scopes.of_labels(gpu_labels)
         for view in self.engines.values():
+            if self.scope(view) != scope:
+                continue
             for v in view.get("cache_config", []):
-                if v.labels.get("instance") != gpu_labels.get("instance"):
-                    continue
                 try:
                     shares.append(float(v.labels["gpu_memory_utilization"]))
                 except (KeyError, ValueError):
@@ -84,7 +126,7 @@ def labels_of(view: View) -> dict[str, str]:
 def evidence(view: View, name: str, threshold: float | None = None) -> Evidence:
     v = first(view, name)
     assert v is not None, name
-    return Evidence(query=v.query, value=round(v.value, 6), threshold=threshold, labels=dict(v.labels))
+    return Evidence(query=v.query, value=round(v.value, 6), threshold=threshold, labels=dict(v.labels), measure=name)
 
 
 @dataclass
@@ -119,24 +161,34 @@ Judge = Callable[[View], Hit | None]
 Describe = Callable[[Hit, list[Hit]], Parts | None]
 
 
-def one_finding(id_: str, views: Iterable[View], judge: Judge, describe_: Describe) -> Finding | None:
-    """The check skeleton: judge every view, take the worst hit, describe it (None: no finding)."""
-    hits = [hit for view in views if (hit := judge(view)) is not None]
-    if not hits:
-        return None
-    worst = max(hits, key=lambda h: h.score)
-    parts = describe_(worst, hits)
-    if parts is None:
-        return None
-    return Finding(
-        id=id_,
-        severity=parts.severity,
-        confidence=parts.confidence,
-        summary=parts.summary,
-        affected=[affected(h.labels) for h in hits],
-        evidence=parts.evidence,
-        remediation=parts.remediation,
-    )
+def scoped_findings(
+    id_: str, views: Iterable[View], judge: Judge, describe_: Describe, ctx: Context | None = None
+) -> list[Finding]:
+    """The check skeleton: judge every view, then per scope describe its worst hit (None: no
+    finding there). Without a context (a fleet-wide finding) all hits form one scope."""
+    by_scope: dict[str, list[Hit]] = defaultdict(list)
+    for view in views:
+        if (hit := judge(view)) is not None:
+            by_scope[ctx.scope(view) if ctx else ""].append(hit)
+    out = []
+    for scope, hits in by_scope.items():
+        worst = max(hits, key=lambda h: h.score)
+        parts = describe_(worst, hits)
+        if parts is None:
+            continue
+        out.append(
+            Finding(
+                id=id_,
+                severity=parts.severity,
+                confidence=parts.confidence,
+                summary=parts.summary,
+                affected=[affected(h.labels) for h in hits],
+                evidence=parts.evidence,
+                remediation=parts.remediation,
+                scope=scope,
+            )
+        )
+    return out
 
 
 def names(hits: Iterable[Hit]) -> str:
@@ -144,7 +196,7 @@ def names(hits: Iterable[Hit]) -> str:
     return ", ".join(h.name for h in hits)
 
 
-Check = Callable[[Context], Finding | None]
+Check = Callable[[Context], list[Finding]]
 
 
 def all_checks() -> list[Check]:
@@ -153,6 +205,7 @@ def all_checks() -> list[Check]:
         decode,
         gateway,
         hardware,
+        imbalance,
         kv_cache,
         memory,
         pcie,
@@ -175,4 +228,5 @@ def all_checks() -> list[Check]:
         underutilized.check,
         decode.check,
         gateway.check,
+        imbalance.check,
     ]

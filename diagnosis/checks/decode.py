@@ -4,12 +4,12 @@ read time is the step time."""
 
 from __future__ import annotations
 
-from diagnosis.checks import Context, Hit, Parts, View, evidence, names, one_finding, value
+from diagnosis.checks import Context, Hit, Parts, View, evidence, names, scoped_findings, value
 from diagnosis.findings import Finding, Severity
 from kvscope import thresholds as t
 
 
-def check(ctx: Context) -> Finding | None:
+def check(ctx: Context) -> list[Finding]:
     itl_limit = ctx.limit(t.ITL_P99)
 
     def judge(view: View) -> Hit | None:
@@ -22,16 +22,14 @@ def check(ctx: Context) -> Finding | None:
         return Hit(view, itl) if kv_ok and queue_ok and few_preemptions else None
 
     def describe(worst: Hit, hits: list[Hit]) -> Parts | None:
-        throttled = any((value(g, "throttle_active") or 0) >= ctx.limit(t.THROTTLE_SHARE) for g in ctx.gpus.values())
-        if throttled:
-            return None  # slow clocks explain it: that is thermal_power_throttling's finding
+        # slow clocks on the same machine explain it: the incident then is thermal_power_throttling's
         ev = [
             evidence(worst.view, "itl_p99", itl_limit),
             evidence(worst.view, "kv_usage_max", ctx.limit(t.KV_USAGE_CRITICAL)),
         ]
         confidence = 0.5
         dram_limit = ctx.limit(t.DRAM_ACTIVE_HIGH)
-        dram = [g for g in ctx.gpus.values() if (value(g, "dram_active_avg") or 0) >= dram_limit]
+        dram = [g for g in ctx.gpus_with(worst.view) if (value(g, "dram_active_avg") or 0) >= dram_limit]
         if dram:
             ev.append(evidence(dram[0], "dram_active_avg", dram_limit))
             confidence += 0.3
@@ -49,4 +47,4 @@ def check(ctx: Context) -> Finding | None:
             ],
         )
 
-    return one_finding("decode_bandwidth_bound", ctx.engines.values(), judge, describe)
+    return scoped_findings("decode_bandwidth_bound", ctx.engines.values(), judge, describe, ctx)

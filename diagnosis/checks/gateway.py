@@ -3,12 +3,12 @@ of latency (seed 004: 37 % of a call was queueing, 19 % serialisation, 44 % the 
 
 from __future__ import annotations
 
-from diagnosis.checks import Context, Hit, Parts, View, evidence, one_finding, value
+from diagnosis.checks import Context, Hit, Parts, View, evidence, scoped_findings, value
 from diagnosis.findings import Finding, Severity
 from kvscope import thresholds as t
 
 
-def check(ctx: Context) -> Finding | None:
+def check(ctx: Context) -> list[Finding]:
     share_limit = ctx.limit(t.GATEWAY_OVERHEAD_SHARE)
 
     def judge(view: View) -> Hit | None:
@@ -31,4 +31,4 @@ def check(ctx: Context) -> Finding | None:
             ],
         )
 
-    return one_finding("gateway_overhead", ctx.engines.values(), judge, describe)
+    return scoped_findings("gateway_overhead", ctx.engines.values(), judge, describe, ctx)

@@ -5,7 +5,7 @@ does not know is treated as needing a GPU reset, as the GPUXidResetRequired aler
 
 from __future__ import annotations
 
-from diagnosis.checks import Context, Hit, Parts, View, labels_of, one_finding, value
+from diagnosis.checks import Context, Hit, Parts, View, labels_of, scoped_findings, value
 from diagnosis.findings import Evidence, Finding, Severity
 from kvscope.xid_catalog import CATALOG, Bucket
 from kvscope.xid_catalog import describe as xid_describe
@@ -16,20 +16,26 @@ _SEVERITY = {
     Bucket.APP: Severity.WARNING,
 }
 _RANK = {Bucket.APP: 1, Bucket.RESET_GPU: 2, Bucket.DRAIN_NODE: 3}
+HEALTH_FAIL = 20.0  # dcgmHealthResult: 0 pass, 10 warn, 20 fail (go-dcgm)
 _CERTAIN = (48, 62, 64, 74, 79, 95, 119, 120, 140)  # codes that are faults whatever the context
 
 
 def _faults(view: View) -> list[tuple[dict[str, str], int | None, Evidence]]:
     """(labels, XID or None for a failed row remap, evidence) for every fault on one GPU."""
     faults: list[tuple[dict[str, str], int | None, Evidence]] = []
-    for v in view.get("xid_increase", []):
-        if v.value > 0 and v.labels.get("xid", "").isdigit():
-            faults.append((v.labels, int(v.labels["xid"]), Evidence(v.query, v.value, 0, v.labels)))
+    for name in ("xid_increase", "xid_window_max"):  # kvscope's counter; dcgm-exporter's windowed count
+        for v in view.get(name, []):
+            code = v.labels.get("xid", "")
+            if v.value > 0 and code.isdigit() and all(f[1] != int(code) for f in faults):
+                faults.append((v.labels, int(code), Evidence(v.query, v.value, 0, v.labels)))
     changed, last = value(view, "xid_changed"), value(view, "xid_last")
     if changed and last and not faults:
         faults.append((labels_of(view), int(last), Evidence(view["xid_last"][0].query, last, None, labels_of(view))))
     if (value(view, "row_remap_failure") or 0) >= 1:
         faults.append((labels_of(view), None, Evidence(view["row_remap_failure"][0].query, 1.0, 0, labels_of(view))))
+    for v in view.get("health_status", []):  # DCGM's passive health watches: 20 is a failure
+        if v.value >= HEALTH_FAIL and not faults:
+            faults.append((v.labels, None, Evidence(v.query, v.value, HEALTH_FAIL, v.labels)))
     return [f for f in faults if f[1] is None or xid_describe(f[1]).bucket is not Bucket.IGNORE]
 
 
@@ -37,7 +43,7 @@ def _bucket(code: int | None) -> Bucket:
     return Bucket.RESET_GPU if code is None else xid_describe(code).bucket
 
 
-def check(ctx: Context) -> Finding | None:
+def check(ctx: Context) -> list[Finding]:
     def judge(view: View) -> Hit | None:
         faults = _faults(view)
         if not faults:
@@ -48,7 +54,11 @@ def check(ctx: Context) -> Finding | None:
     def describe(worst: Hit, hits: list[Hit]) -> Parts:
         labels, code, _ = worst.facts["worst"]
         bucket = _bucket(code)
-        if code is None:
+        if code is None and "health_watch" in labels:
+            watch, error = labels.get("health_watch", "?"), labels.get("health_error_code", "")
+            what = f"DCGM health watch {watch} failed" + (f" ({error})" if error else "")
+            action = "run dcgmi health --check and dcgmi diag -r 2 on the node; drain it if the failure stays"
+        elif code is None:
             what, action = "a row remap failed (uncorrectable memory)", "reset the GPU and contact support"
         else:
             entry = xid_describe(code)
@@ -71,4 +81,4 @@ def check(ctx: Context) -> Finding | None:
             remediation,
         )
 
-    return one_finding("gpu_hardware_fault", ctx.gpus.values(), judge, describe)
+    return scoped_findings("gpu_hardware_fault", ctx.gpus.values(), judge, describe, ctx)

@@ -3,7 +3,7 @@ requests recompute their prefill and the queue grows (seed 000: the avalanche)."
 
 from __future__ import annotations
 
-from diagnosis.checks import Context, Hit, Parts, View, evidence, names, one_finding, value
+from diagnosis.checks import Context, Hit, Parts, View, evidence, names, scoped_findings, value
 from diagnosis.findings import Evidence, Finding, Severity
 from kvscope import thresholds as t
 from kvscope.model_shape import sequences_that_fit
@@ -21,7 +21,7 @@ def _capacity(view: View) -> float | None:
     return None
 
 
-def check(ctx: Context) -> Finding | None:
+def check(ctx: Context) -> list[Finding]:
     full_at, preempt_limit = ctx.limit(t.KV_USAGE_CRITICAL), ctx.limit(t.PREEMPTION_RATE)
 
     def judge(view: View) -> Hit | None:
@@ -70,7 +70,7 @@ def check(ctx: Context) -> Finding | None:
             _remediation(worst.view),
         )
 
-    return one_finding("kv_cache_exhaustion", ctx.engines.values(), judge, describe)
+    return scoped_findings("kv_cache_exhaustion", ctx.engines.values(), judge, describe, ctx)
 
 
 def _remediation(view: View) -> list[str]:

@@ -8,14 +8,14 @@ above `gpu_memory_full`."""
 
 from __future__ import annotations
 
-from diagnosis.checks import Context, Hit, Parts, View, evidence, labels_of, one_finding, value
+from diagnosis.checks import Context, Hit, Parts, View, evidence, labels_of, scoped_findings, value
 from diagnosis.findings import Evidence, Finding, Severity
 from kvscope import catalog
 from kvscope import thresholds as t
 from kvscope.promql import Selector, metric
 
 
-def check(ctx: Context) -> Finding | None:
+def check(ctx: Context) -> list[Finding]:
     margin = ctx.limit(t.GPU_MEMORY_OVER_BUDGET)
 
     def judge(view: View) -> Hit | None:
@@ -84,4 +84,4 @@ def check(ctx: Context) -> Finding | None:
             ],
         )
 
-    return one_finding("gpu_memory_pressure", ctx.gpus.values(), judge, describe)
+    return scoped_findings("gpu_memory_pressure", ctx.gpus.values(), judge, describe, ctx)

@@ -3,13 +3,13 @@ or width below its maximum, replays). Seed 002: GPUs 95 % busy, tokens flat, PCI
 
 from __future__ import annotations
 
-from diagnosis.checks import Context, Hit, Parts, View, evidence, labels_of, one_finding, value
+from diagnosis.checks import Context, Hit, Parts, View, evidence, labels_of, scoped_findings, value
 from diagnosis.findings import Evidence, Finding, Severity
 from kvscope import thresholds as t
 from kvscope.gpu_models import pcie_capacity
 
 
-def check(ctx: Context) -> Finding | None:
+def check(ctx: Context) -> list[Finding]:
     saturation = ctx.limit(t.PCIE_SATURATION)
 
     def judge(view: View) -> Hit | None:
@@ -22,6 +22,8 @@ def check(ctx: Context) -> Finding | None:
             or (pcie_capacity(model.pcie_gen, model.pcie_width) if model else None)
         )
         traffic = max(value(view, "pcie_tx_avg") or 0, value(view, "pcie_rx_avg") or 0)
+        if capacity:  # nominal (kvscope's gauge too): transfers reach a share of it
+            capacity *= ctx.limit(t.PCIE_ACHIEVABLE_SHARE)
         share = traffic / capacity if capacity else 0.0
         degraded = bool(gen and max_gen and gen < max_gen) or bool(width and max_width and width < max_width)
         replays = (value(view, "pcie_replay_rate") or 0) > ctx.limit(t.PCIE_REPLAY_RATE)
@@ -52,7 +54,7 @@ def check(ctx: Context) -> Finding | None:
                 f"(capable of Gen{value(view, 'pcie_max_gen'):.0f} x{value(view, 'pcie_max_width'):.0f})"
             )
         else:
-            state = f"PCIe at {f['share']:.0%} of the link's capacity"
+            state = f"PCIe at {f['share']:.0%} of what the link achieves ({f['capacity'] / 1e9:.1f} GB/s per direction)"
         return Parts(
             Severity.CRITICAL if f["degraded"] and f["replays"] else Severity.WARNING,
             0.85 if f["degraded"] else 0.7,
@@ -74,4 +76,4 @@ def check(ctx: Context) -> Finding | None:
             ),
         )
 
-    return one_finding("pcie_bottleneck", ctx.gpus.values(), judge, describe)
+    return scoped_findings("pcie_bottleneck", ctx.gpus.values(), judge, describe, ctx)

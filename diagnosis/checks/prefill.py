@@ -4,7 +4,7 @@ and the KV pool is not the limit (seed 000 anti-pattern 3)."""
 
 from __future__ import annotations
 
-from diagnosis.checks import Context, Hit, Parts, View, evidence, names, one_finding, value
+from diagnosis.checks import Context, Hit, Parts, View, evidence, names, scoped_findings, value
 from diagnosis.findings import Finding, Severity
 from kvscope import thresholds as t
 from kvscope import tuning
@@ -27,7 +27,7 @@ def decode_stalls(ctx: Context, view: View) -> bool:
     return bool(itl50 and itl99 and itl99 / itl50 >= ctx.limit(t.ITL_STALL_RATIO))
 
 
-def check(ctx: Context) -> Finding | None:
+def check(ctx: Context) -> list[Finding]:
     tail_ratio, floor = ctx.limit(t.TTFT_TAIL_RATIO), ctx.limit(t.TTFT_TAIL_FLOOR)
 
     def judge(view: View) -> Hit | None:
@@ -76,7 +76,7 @@ def check(ctx: Context) -> Finding | None:
             _remediation(),
         )
 
-    return one_finding("prefill_head_of_line", ctx.engines.values(), judge, describe)
+    return scoped_findings("prefill_head_of_line", ctx.engines.values(), judge, describe, ctx)
 
 
 def _remediation() -> list[str]:

@@ -3,31 +3,45 @@ half of what it was): every request prefills more (seed 004: look at the cache f
 
 from __future__ import annotations
 
-from diagnosis.checks import Context, Hit, Parts, View, evidence, names, one_finding, value
-from diagnosis.findings import Finding, Severity
+from diagnosis.checks import Context, Hit, Parts, View, evidence, first, names, scoped_findings, value
+from diagnosis.findings import Evidence, Finding, Severity
 from kvscope import thresholds as t
 
 
-def check(ctx: Context) -> Finding | None:
+def check(ctx: Context) -> list[Finding]:
     floor, drop = ctx.limit(t.PREFIX_HIT_FLOOR), ctx.limit(t.PREFIX_HIT_DROP)
 
     def judge(view: View) -> Hit | None:
-        recent, before = value(view, "prefix_hit_recent"), value(view, "prefix_hit_before")
-        if recent is None or before is None or not (value(view, "prefix_queries_recent") or 0) > 0:
+        if not (value(view, "prefix_queries_recent") or 0) > 0:
             return None
-        fell_below = before >= floor > recent
-        halved = before >= 0.2 and recent < before * drop
-        return Hit(view, before - recent) if fell_below or halved else None
+        # against the baseline window before this one (an incident older than the window is still
+        # seen), else the end of the window against its start
+        pairs = []
+        baseline, now = ctx.before(view, "prefix_hit"), first(view, "prefix_hit")
+        if baseline is not None and now is not None:
+            pairs.append((now.value, baseline.value, "prefix_hit", baseline))
+        recent, before = first(view, "prefix_hit_recent"), first(view, "prefix_hit_before")
+        if recent is not None and before is not None:
+            pairs.append((recent.value, before.value, "prefix_hit_recent", before))
+        for after_, before_, name, was in pairs:
+            fell_below = before_ >= floor > after_
+            halved = before_ >= 0.2 and after_ < before_ * drop
+            if fell_below or halved:
+                return Hit(view, before_ - after_, {"now": name, "was": was, "after": after_, "before": before_})
+        return None
 
     def describe(worst: Hit, hits: list[Hit]) -> Parts:
-        view = worst.view
+        view, f = worst.view, worst.facts
         return Parts(
             Severity.WARNING,
             0.6 + min(0.3, worst.score / 2),
-            f"prefix-cache hit rate on {names(hits)} fell from {value(view, 'prefix_hit_before'):.0%} to "
-            f"{value(view, 'prefix_hit_recent'):.0%}: shared prompt prefixes stopped being shared, so each "
+            f"prefix-cache hit rate on {names(hits)} fell from {f['before']:.0%} to "
+            f"{f['after']:.0%}: shared prompt prefixes stopped being shared, so each "
             "request prefills more.",
-            [evidence(view, "prefix_hit_recent", floor), evidence(view, "prefix_hit_before")],
+            [
+                evidence(view, f["now"], floor),
+                Evidence(f["was"].query, round(f["was"].value, 6), None, dict(f["was"].labels)),
+            ],
             [
                 "find what made shared prefixes differ: a timestamp, request id or user name placed before the "
                 "shared system prompt, or a template change; keep the shared part first and byte-identical",
@@ -37,4 +51,4 @@ def check(ctx: Context) -> Finding | None:
             ],
         )
 
-    return one_finding("prefix_cache_miss", ctx.engines.values(), judge, describe)
+    return scoped_findings("prefix_cache_miss", ctx.engines.values(), judge, describe, ctx)

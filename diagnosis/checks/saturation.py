@@ -4,13 +4,13 @@ everything queues evenly."""
 
 from __future__ import annotations
 
-from diagnosis.checks import Context, Hit, Parts, View, evidence, names, one_finding, value
+from diagnosis.checks import Context, Hit, Parts, View, evidence, names, scoped_findings, value
 from diagnosis.checks.prefill import decode_stalls, long_prompt_tail
 from diagnosis.findings import Finding, Severity
 from kvscope import thresholds as t
 
 
-def check(ctx: Context) -> Finding | None:
+def check(ctx: Context) -> list[Finding]:
     def judge(view: View) -> Hit | None:
         growing = (value(view, "waiting_slope") or 0) > ctx.limit(t.QUEUE_GROWTH)
         backlog = (value(view, "waiting_max") or 0) >= ctx.limit(t.QUEUE_BACKLOG)
@@ -38,7 +38,7 @@ def check(ctx: Context) -> Finding | None:
         if recent and overall and recent / overall >= ctx.limit(t.THROUGHPUT_FLAT):
             ev.append(evidence(view, "generation_tps_recent"))
             confidence += 0.15  # throughput flat while the queue grows: at capacity
-        busy = [u for g in ctx.gpus.values() if (u := value(g, "gpu_util_avg")) is not None]
+        busy = [u for g in ctx.gpus_with(view) if (u := ctx.util(g)) is not None]
         if busy and min(busy) >= ctx.limit(t.GPU_UTIL_BUSY):
             confidence += 0.15
         rate = value(view, "request_rate") or 0
@@ -56,4 +56,4 @@ def check(ctx: Context) -> Finding | None:
             ],
         )
 
-    return one_finding("capacity_saturation", ctx.engines.values(), judge, describe)
+    return scoped_findings("capacity_saturation", ctx.engines.values(), judge, describe, ctx)

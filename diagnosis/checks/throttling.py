@@ -3,33 +3,47 @@ GPU is busy (seed 004: the BMC cut 1.4 to 1.1 GHz, P99 jitter followed)."""
 
 from __future__ import annotations
 
-from diagnosis.checks import Context, Hit, Parts, View, evidence, labels_of, one_finding, value
+from diagnosis.checks import Context, Hit, Parts, View, evidence, labels_of, scoped_findings, value
 from diagnosis.findings import Evidence, Finding, Severity
 from kvscope import thresholds as t
+from kvscope.catalog import CLOCK_EVENT_REASONS, THROTTLE_REASONS
 
 
-def check(ctx: Context) -> Finding | None:
+def check(ctx: Context) -> list[Finding]:
     share_limit = ctx.limit(t.THROTTLE_SHARE)
 
     def judge(view: View) -> Hit | None:
-        if (value(view, "gpu_util_avg") or 0) < ctx.limit(t.GPU_UTIL_FLOOR):
+        if (ctx.util(view) or 0) < ctx.limit(t.GPU_UTIL_FLOOR):
             return None  # idle GPUs drop their clocks by design
-        reasons = {v.labels.get("reason"): v.value for v in view.get("throttle_active", [])}
-        active = {r: share for r, share in reasons.items() if share >= share_limit}
+        active = _active_reasons(view, share_limit)
         model = ctx.models.lookup(labels_of(view).get("modelName"))
         clock = value(view, "sm_clock_avg")
         base = value(view, "app_sm_clock") or (model.base_sm_clock if model else None)
-        slow = bool(clock is not None and base and clock < ctx.limit(t.CLOCK_BELOW_BASE) * base)
+        top = value(view, "max_sm_clock") or (model.max_sm_clock if model else None)
+        below_base = bool(clock is not None and base and clock < ctx.limit(t.CLOCK_BELOW_BASE) * base)
+        below_max = bool(clock is not None and top and clock < ctx.limit(t.CLOCK_BELOW_MAX) * top)
+        slow = below_base or below_max
         power = value(view, "power_avg")
         limit = value(view, "power_limit") or (model.tdp_w if model else None)
         at_power_cap = bool(power is not None and limit and power >= ctx.limit(t.POWER_AT_LIMIT) * limit)
         temp = value(view, "temp_max")
         slowdown = value(view, "slowdown_temp") or (model.slowdown_temp if model else None)
-        hot_limit = min(slowdown or ctx.limit(t.GPU_TEMP_HIGH), ctx.limit(t.GPU_TEMP_HIGH))
+        hot_limit = (slowdown - ctx.limit(t.GPU_TEMP_MARGIN)) if slowdown else ctx.limit(t.GPU_TEMP_HIGH)
         hot = temp is not None and temp >= hot_limit
-        if active or (slow and (at_power_cap or hot)):
-            facts = {"active": active, "slow": slow, "hot": hot, "base": base}
-            return Hit(view, (1 if active else 0) + (1 if slow else 0), facts)
+        # the power-cap reason alone is normal under full load; with the clock far down it is not
+        held = {r for r in active if "power_cap" not in r} or (active if slow else set())
+        if held or (slow and (at_power_cap or hot)):
+            facts = {
+                "active": held,
+                "slow": slow,
+                "hot": hot,
+                "base": base if below_base or not top else top,
+                "against": "base" if below_base or not top else "maximum",
+                "hot_limit": hot_limit,
+                "power_limit": limit,
+                "at_power_cap": at_power_cap,
+            }
+            return Hit(view, (1 if held else 0) + (1 if slow else 0), facts)
         return None
 
     def describe(worst: Hit, hits: list[Hit]) -> Parts:
@@ -40,21 +54,25 @@ def check(ctx: Context) -> Finding | None:
             for v in view.get("throttle_active", [])
             if v.value >= share_limit
         ]
+        ev += [evidence({"clock_events": [v]}, "clock_events", 0) for v in view.get("clock_events", []) if v.value > 0]
         limits = (
-            ("sm_clock_avg", None),
+            ("sm_clock_avg", round(ctx.limit(t.CLOCK_BELOW_MAX) * f["base"]) if f["against"] == "maximum" else None),
             ("app_sm_clock", None),
-            ("temp_max", ctx.limit(t.GPU_TEMP_HIGH)),
-            ("power_avg", None),
+            ("temp_max", f["hot_limit"]),
+            ("power_avg", round(ctx.limit(t.POWER_AT_LIMIT) * f["power_limit"], 1) if f["power_limit"] else None),
             ("power_limit", None),
+            ("clock_reasons", None),
         )
         ev += [evidence(view, name, bound) for name, bound in limits if view.get(name)]
         cause = "temperature" if thermal else "the power cap"
+        if not thermal and f["at_power_cap"] and view.get("power_avg"):
+            cause += f" ({value(view, 'power_avg'):.1f} W of {f['power_limit']:.0f} W)"
         clock_text = (
-            f"SM clock {value(view, 'sm_clock_avg'):.0f} MHz vs base {f['base']:.0f} MHz"
+            f"SM clock {value(view, 'sm_clock_avg'):.0f} MHz vs {f['against']} {f['base']:.0f} MHz"
             if f["slow"]
             else "clocks held down"
         )
-        critical = (value(view, "temp_max") or 0) >= (value(view, "slowdown_temp") or 999)
+        critical = (value(view, "temp_max") or 0) >= f["hot_limit"] + ctx.limit(t.GPU_TEMP_MARGIN)
         return Parts(
             Severity.CRITICAL if critical else Severity.WARNING,
             0.6 + (0.2 if f["active"] else 0) + (0.15 if f["slow"] else 0),
@@ -76,4 +94,21 @@ def check(ctx: Context) -> Finding | None:
             ),
         )
 
-    return one_finding("thermal_power_throttling", ctx.gpus.values(), judge, describe)
+    return scoped_findings("thermal_power_throttling", ctx.gpus.values(), judge, describe, ctx)
+
+
+def _active_reasons(view: View, share_limit: float) -> set[str]:
+    """Power or thermal clock-event reasons active in the window, from whichever the data has:
+    kvscope's per-reason gauge, dcgm-exporter's bitmask or its event counts, violation counters."""
+    active = {v.labels.get("reason", "") for v in view.get("throttle_active", []) if v.value >= share_limit}
+    mask = value(view, "clock_reasons")
+    if mask is not None and mask >= 0:
+        active |= {name for bit, name in CLOCK_EVENT_REASONS.items() if int(mask) & bit and name in THROTTLE_REASONS}
+    for v in view.get("clock_events", []):
+        event = v.labels.get("clock_event", "")
+        if v.value > 0 and any(word in event for word in ("power", "thermal", "slowdown", "brake")):
+            active.add(event)
+    for name, reason in (("power_violation", "sw_power_cap"), ("thermal_violation", "sw_thermal_slowdown")):
+        if (value(view, name) or 0) / 1e9 >= share_limit:  # ns throttled per second
+            active.add(reason)
+    return active

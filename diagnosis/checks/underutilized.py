@@ -3,33 +3,45 @@ finding, not a fault."""
 
 from __future__ import annotations
 
-from diagnosis.checks import Context, Hit, Parts, View, evidence, one_finding, value
-from diagnosis.findings import Finding, Severity
+from diagnosis.checks import Context, Hit, Parts, View, evidence, scoped_findings, value
+from diagnosis.findings import Evidence, Finding, Severity
 from kvscope import thresholds as t
 
 
-def check(ctx: Context) -> Finding | None:
+def check(ctx: Context) -> list[Finding]:
     floor = ctx.limit(t.GPU_UTIL_FLOOR)
 
     def judge(view: View) -> Hit | None:
-        util = value(view, "gpu_util_avg")
-        return Hit(view, floor - util, {"util": util}) if util is not None and util < floor else None
+        util = ctx.util(view)
+        if util is None or util >= floor:
+            return None
+        # idle GPUs with a queue are not a cost problem: the engines on the same machine, or,
+        # where the data joins no engine to this GPU, any engine not joined to a GPU either
+        joined = ctx.engines_with(view)
+        unjoined = [e for e in ctx.engines.values() if not ctx.gpus_with(e)]
+        if any((value(e, "waiting_max") or 0) > 0 for e in joined or unjoined):
+            return None
+        return Hit(view, floor - util, {"util": util})
 
     def describe(worst: Hit, hits: list[Hit]) -> Parts | None:
         if len(hits) < len(ctx.gpus) / 2:
             return None
-        if any((value(e, "waiting_max") or 0) > 0 for e in ctx.engines.values()):
-            return None  # idle GPUs with a queue are not a cost problem
         mean = sum(h.facts["util"] for h in hits) / len(hits)
         return Parts(
             Severity.INFO,
             0.7,
             f"{len(hits)} of {len(ctx.gpus)} GPUs averaged {mean:.0f} % busy: capacity is paid for and idle.",
-            [evidence(h.view, "gpu_util_avg", floor) for h in hits[:8]],
+            [_util_evidence(h, floor) for h in hits[:8]],
             [
                 "consolidate: fewer replicas (HPA on queue depth), or share GPUs between small models (MIG)",
                 "scale down off-peak (seed 002: 70 % of traffic came in 12 hours)",
             ],
         )
 
-    return one_finding("gpu_underutilized", ctx.gpus.values(), judge, describe)
+    return scoped_findings("gpu_underutilized", ctx.gpus.values(), judge, describe)  # one fleet-wide finding
+
+
+def _util_evidence(hit: Hit, floor: float) -> Evidence:
+    name = "gpu_util_avg" if hit.view.get("gpu_util_avg") else "gr_active_avg"
+    ev = evidence(hit.view, name, floor if name == "gpu_util_avg" else floor / 100)
+    return ev

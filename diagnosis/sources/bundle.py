@@ -34,6 +34,13 @@ def save(path: Path, bundle: Bundle) -> None:
             for name, values in bundle.measurements.values.items()
         },
         "errors": bundle.measurements.errors,
+        "baseline": {
+            name: [{"value": v.value, "labels": v.labels, "query": v.query} for v in values]
+            for name, values in bundle.measurements.baseline.items()
+        },
+        "notes": bundle.measurements.notes,
+        "sources": bundle.measurements.sources,
+        "onsets": [{"id": key[0], "scopes": list(key[1]), "at": at} for key, at in bundle.measurements.onsets.items()],
     }
     path.write_text(json.dumps(data, indent=1, sort_keys=True))
 
@@ -64,6 +71,13 @@ def load(path: Path) -> Bundle:
                 for name, values in data["measurements"].items()
             },
             errors=dict(data.get("errors", {})),
+            baseline={
+                name: [Value(float(v["value"]), dict(v["labels"]), str(v["query"])) for v in values]
+                for name, values in data.get("baseline", {}).items()
+            },
+            notes=[str(n) for n in data.get("notes", [])],
+            sources=[{str(k): str(v) for k, v in s.items()} for s in data.get("sources", [])],
+            onsets={(str(o["id"]), tuple(str(x) for x in o["scopes"])): float(o["at"]) for o in data.get("onsets", [])},
         )
         at, window = float(data["at"]), float(data["window"])
         if not (math.isfinite(at) and math.isfinite(window) and window > 0):

@@ -7,11 +7,10 @@ so the time to a verdict does not grow with how much history the server holds.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from diagnosis.measures import ENTITY_LABELS, Entity, Kind, Measure, Measurements, Value
+from diagnosis.measures import BASELINE, ENTITY_LABELS, Entity, Kind, Measure, Measurements, Value, usable
 from diagnosis.sources import SourceError
 from kvscope.durations import format_duration
 from kvscope.prometheus import PrometheusClient, PrometheusError, QueryFailed, Vector
@@ -63,6 +62,8 @@ def promql(measure: Measure, window: float, selector: Selector = ANY, recent: fl
             expr = quantile(measure.quantile or 0.5, *measure.signals, window=w, by=by, selector=sel)
         case Kind.MEAN:
             expr = either(*(histogram_mean(s, w, by, sel) for s in measure.signals))
+        case Kind.RESETS:
+            expr = series.resets(w).sum(by)
         case Kind.CHANGED:
             appeared = series.unless(series.offset(w)).max(by) * 0 + 1
             changed = series.changes(w).clamp_max(1).max(by)
@@ -97,8 +98,21 @@ class PrometheusSource:
         except PrometheusError as exc:
             raise SourceError(str(exc)) from exc
 
-    def fetch(self, measures: Sequence[Measure], at: float, window: float) -> Measurements:
+    def fetch(
+        self, measures: Sequence[Measure], at: float, window: float, baseline: float | None = None
+    ) -> Measurements:
+        """Every measure over the window ending at `at`; the BASELINE measures also over the
+        `baseline` seconds (default: the window's length) before the window."""
         self.query(str(vector(1)), at)  # unreachable or refused: the whole source is unusable
+        out = self._fetch(measures, at, window)
+        wanted = [m for m in measures if m.name in BASELINE]
+        past = self._fetch(wanted, at - window, baseline or window)
+        out.baseline = past.values
+        out.notes += [n for n in past.notes if n not in out.notes]
+        out.sources.append({"source": self.name, "status": "ok", "detail": f"{len(out.values)} measures"})
+        return out
+
+    def _fetch(self, measures: Sequence[Measure], at: float, window: float) -> Measurements:
         out = Measurements()
 
         def run(measure: Measure) -> tuple[Measure, str, Vector | str]:
@@ -116,7 +130,12 @@ class PrometheusSource:
                 if isinstance(result, str):
                     out.errors[measure.name] = result
                     continue
-                values = [Value(v, labels, expr) for labels, v in result if math.isfinite(v)]
+                values = [Value(v, labels, expr) for labels, v in result if usable(measure, v)]
+                dropped = len(result) - len(values)
+                if dropped:
+                    out.notes.append(
+                        f"{measure.name}: {dropped} value(s) dropped (NaN, negative or a DCGM blank sentinel)"
+                    )
                 if values:
                     out.values[measure.name] = values
         return out

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
-from diagnosis.measures import ENTITY_LABELS, Entity, Kind, Measure, Measurements, Value, entity_key
+from diagnosis.measures import ENTITY_LABELS, Entity, Kind, Measure, Measurements, Value, entity_key, usable
 from diagnosis.sources import SourceError
 from kvscope import promtext
 from kvscope.catalog import Signal
@@ -68,24 +68,38 @@ class ScrapeSource:
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     selectors: Mapping[Entity, Selector] = field(default_factory=dict)  # per entity, as --prometheus
+    status: dict[str, tuple[str, str]] = field(default_factory=dict)  # url -> (status, detail)
 
     @property
     def name(self) -> str:
         return " ".join(self.urls)
 
     def snapshot(self) -> Snapshot:
-        """One page from every URL (kvscope/pages.py: a deadline and a byte cap each)."""
+        """One page from every URL (kvscope/pages.py: a deadline and a byte cap each). A page
+        that cannot be fetched or read costs only its own series (its status says why); when no
+        page gives a sample, the source is unusable."""
         samples: Snapshot = []
         targets = [Target.of(url) for url in self.urls]
+        errors = []
         for target, fetched in zip(targets, fetch_all(targets, self.timeout, self.max_bytes), strict=True):
             if fetched.body is None:
-                raise SourceError(f"cannot scrape {target.url}: {fetched.error}")
-            try:
-                page = promtext.parse(fetched.body.decode("utf-8", "replace"))
-            except Exception as exc:  # the parser raises assorted errors on junk
-                raise SourceError(f"{target.url} did not serve a Prometheus page: {exc}") from exc
+                self.status[target.url] = ("unreachable", f"cannot scrape {target.url}: {fetched.error}")
+                errors.append(self.status[target.url][1])
+                continue
+            page, bad = promtext.parse_lenient(fetched.body.decode("utf-8", "replace"))
+            if not page:
+                why = f"{target.url} did not serve a Prometheus page" + (f" ({bad} unreadable lines)" if bad else "")
+                self.status[target.url] = ("unparseable", why)
+                errors.append(why)
+                continue
+            if bad:
+                self.status[target.url] = ("partial", f"{bad} unreadable line(s) skipped, {len(page)} samples read")
+            else:
+                self.status.setdefault(target.url, ("ok", f"{len(page)} samples"))
             instance = urlparse(target.url).netloc
             samples += [promtext.Sample(s.name, {"instance": instance, **s.labels}, s.value) for s in page]
+        if not samples:
+            raise SourceError("; ".join(errors) or "no page served a sample")
         return samples
 
     def fetch(self, measures: Sequence[Measure]) -> Measurements:
@@ -97,7 +111,11 @@ class ScrapeSource:
         self.sleep(max(self.interval - (self.clock() - started), 0.0))
         snapshots.append((max(self.clock() - started, 1e-3), self.snapshot()))
         elapsed = snapshots[-1][0]
-        return compute(measures, snapshots, f"scrape {self.name} over {elapsed:.0f}s", self.selectors)
+        out = compute(measures, snapshots, f"scrape {self.name} over {elapsed:.0f}s", self.selectors)
+        out.sources = [
+            {"source": url, "status": status, "detail": detail} for url, (status, detail) in self.status.items()
+        ]
+        return out
 
 
 def compute(
@@ -208,6 +226,8 @@ def _per_series(
             number = values[-1] if born and born_from_zero else grown
         elif kind is Kind.CHANGED:
             number = 1.0 if points[0][0] > snapshots[0][0] else min(1.0, _changes(points))
+        elif kind is Kind.RESETS:
+            number = float(sum(1 for (_, a), (_, b) in itertools.pairwise(points) if b < a))
         else:
             raise ValueError(kind)
         if number is not None and math.isfinite(number):
@@ -225,6 +245,7 @@ _AGGREGATE: dict[Kind, Callable[[list[float]], float]] = {
     Kind.RATE_RECENT: sum,
     Kind.INCREASE: sum,
     Kind.CHANGED: max,
+    Kind.RESETS: sum,
 }
 
 
@@ -280,7 +301,11 @@ def _measure(measure: Measure, snapshots: Sequence[Timed], how: str, selector: S
     for index, name in enumerate(_names(measure.signals)):
         for group, number in _alternative(measure, index, snapshots, selector).items():
             found.setdefault(group, (number, f"{how}: {name}"))  # `A or B`: A wins where both exist
-    return [Value(number, _labels(measure, group), query) for group, (number, query) in found.items()]
+    return [
+        Value(number, _labels(measure, group), query)
+        for group, (number, query) in found.items()
+        if usable(measure, number)
+    ]
 
 
 __all__ = ["ENTITY_LABELS", "ScrapeSource", "compute", "histogram_quantile"]

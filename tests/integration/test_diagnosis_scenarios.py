@@ -58,8 +58,9 @@ def library(tmp_path_factory) -> Iterator[tuple[str, float]]:
         yield ready.base_url, start
 
 
-def test_the_library_covers_the_whole_vocabulary():
-    assert {s.expected for s in SCENARIOS} == set(VOCABULARY)
+def test_the_library_covers_the_vocabulary_but_load_imbalance():
+    # load_imbalance needs data-parallel engines or replicas: the reality split has it
+    assert {s.expected for s in SCENARIOS} == set(VOCABULARY) - {"load_imbalance"}
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
@@ -138,7 +139,8 @@ def test_the_cli_prints_the_contract_json_and_exits_by_severity(library):
     [
         ("healthy", exitcodes.OK),
         ("saturation", exitcodes.WARNING),
-        ("no-vllm", exitcodes.UNDIAGNOSABLE),
+        ("no-vllm", exitcodes.OK),
+        ("nothing", exitcodes.UNDIAGNOSABLE),
         ("idle", exitcodes.OK),
     ],
 )
@@ -173,7 +175,7 @@ def test_exit_codes(library, name, code):
 def test_missing_series_name_what_is_missing(library):
     url, start = library
     result = run(
-        Request(prometheus=url, at=start + DIAGNOSE_AT * 60, window=900, selector=Selector.of(scenario="no-vllm"))
+        Request(prometheus=url, at=start + DIAGNOSE_AT * 60, window=900, selector=Selector.of(scenario="nothing"))
     )
     assert result.bottleneck == "insufficient_data" and result.exit_code == exitcodes.UNDIAGNOSABLE
     assert any("vllm:kv_cache_usage_perc" in m for m in result.missing)

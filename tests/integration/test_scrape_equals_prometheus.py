@@ -176,10 +176,11 @@ def test_the_pages_cover_every_kind_of_evaluation(recorded):
 def test_the_scrape_source_computes_what_prometheus_computes(recorded, measure):
     client, at, snapshots = recorded
     expr = promql(measure, WINDOW, recent=WINDOW)
-    from diagnosis.measures import Value
+    from diagnosis.measures import Value, usable
 
     prom = Measurements()
-    values = [Value(v, labels, expr) for labels, v in client.query(expr, at) if math.isfinite(v)]
+    # both sides drop what the Prometheus source drops: NaN, and GPU sentinels (the real pages have some)
+    values = [Value(v, labels, expr) for labels, v in client.query(expr, at) if usable(measure, v)]
     if values:
         prom.values[measure.name] = values
     scraped = compute([measure], snapshots, "scrape")

@@ -65,6 +65,14 @@ class State:
     remap_failure: float = 0.0
     dram_active: float | None = None
     engine_up: bool = True
+    # shapes real systems add
+    epoch: int = 0  # the engine restarted each time this changes: its counters start again
+    scraped: bool = True  # False: a scrape gap, no series at all from the node
+    rejections: float = 0.0  # admission rejections per second (vLLM 0.32, a capped queue)
+    clock_events: tuple[str, ...] = ()  # active clock-event reasons (bitmask and EXP counts)
+    xid_burst: float = 0.0  # XIDs per minute (DCGM_EXP_XID_ERRORS_COUNT, 5-minute window)
+    sentinel: bool = False  # DCGM blank sentinels where temperature and power should be
+    gr_active: float | None = None  # DCGM_FI_PROF_GR_ENGINE_ACTIVE (0..1); None: util / 100
 
 
 Behaviour = Callable[[float], State]  # minutes since the start -> state
@@ -76,6 +84,14 @@ class Instance:
     behaviour: Behaviour
     legacy: bool = False  # vLLM 0.5/0.6 names
     gpus: int = 1  # GPUs on the instance's node (all behave alike)
+    host_label: str = "Hostname"  # dcgm-exporter main spells it `hostname`
+    gpu_model: str = GPU_MODEL
+    pod_mapping: bool = False  # dcgm-exporter's Kubernetes mapping: the engine's pod on its GPUs
+    engines: tuple[Behaviour, ...] = ()  # data-parallel engines (vLLM's `engine` label), GPU i <- engine i
+    mig: tuple[str, ...] = ()  # MIG profiles of GPU 0 (GPU_I_ID, GPU_I_PROFILE); no GPU_UTIL then
+    exp_counts: bool = False  # DCGM_EXP_XID_ERRORS_COUNT and DCGM_EXP_CLOCK_EVENTS_COUNT enabled
+    no_vllm: bool = False  # a GPU node that serves no vLLM
+    no_kv_gauge: bool = False  # a page without vllm:kv_cache_usage_perc
 
     @property
     def engine_labels(self) -> dict[str, str]:
@@ -91,18 +107,31 @@ class Instance:
     def gpu_labels(self) -> dict[str, str]:
         return self.gpu(0)
 
+    @property
+    def node(self) -> str:
+        return self.name.replace("vllm", "node")
+
+    @property
+    def units(self) -> list[tuple[str | None, Behaviour]]:
+        """(engine label or None, behaviour) for each engine core of the instance."""
+        if self.engines:
+            return [(str(i), b) for i, b in enumerate(self.engines)]
+        return [(None, self.behaviour)]
+
     def gpu(self, index: int) -> dict[str, str]:
-        node = self.name.replace("vllm", "node")
-        return {
-            "instance": f"{node}:9400",
+        labels = {
+            "instance": f"{self.node}:9400",
             "job": "dcgm-exporter",
             "gpu": str(index),
             "UUID": f"GPU-{zlib.crc32(self.name.encode()) % 10**8:08d}-0000-4000-8000-{index:012d}",
             "pci_bus_id": f"00000000:{0x18 + 0x10 * index:02X}:00.0",
             "device": f"nvidia{index}",
-            "modelName": GPU_MODEL,
-            "Hostname": node,
+            "modelName": self.gpu_model,
+            self.host_label: self.node,
         }
+        if self.pod_mapping:
+            labels |= {"namespace": "prod", "pod": self.name, "container": "vllm"}
+        return labels
 
 
 def _lognormal_cdf(x: float, median: float, p99: float) -> float:
@@ -145,11 +174,31 @@ class _Counters:
     generation: float = 0.0
     finished: dict[str, float] = field(default_factory=lambda: {"stop": 0.0, "length": 0.0, "abort": 0.0, "error": 0.0})
     preemptions: float = 0.0
+    rejections: float = 0.0
     queries: float = 0.0
     hits: float = 0.0
     energy: float = 0.0
     gateway_sum: float = 0.0
     gateway_count: float = 0.0
+
+
+Unit = tuple[str, str | None]  # (instance name, engine label or None)
+
+# DCGM's blank values (dcgm_structs.h): what a field reads when the driver has nothing to say
+INT64_BLANK = 9223372036854775794.0
+FP64_BLANK = 140737488355328.0
+MIG_PROFILE_MIB = {"1g.10gb": 9856.0, "2g.20gb": 19968.0, "3g.40gb": 40192.0, "4g.40gb": 40192.0, "7g.80gb": 80896.0}
+
+
+def _histograms() -> dict[str, _Histogram]:
+    return {
+        "ttft": _Histogram(TIME_TO_FIRST_TOKEN_BUCKETS),
+        "itl": _Histogram(INTER_TOKEN_LATENCY_BUCKETS),
+        "queue": _Histogram(REQUEST_LATENCY_BUCKETS),
+        "prefill": _Histogram(REQUEST_LATENCY_BUCKETS),
+        "e2e": _Histogram(REQUEST_LATENCY_BUCKETS),
+        "prompt": _Histogram(PROMPT_BUCKETS),
+    }
 
 
 class Simulation:
@@ -160,33 +209,30 @@ class Simulation:
         instances: list[Instance],
         extra_labels: dict[str, str] | None = None,
         kvscope_extras: bool = False,
+        start: float = 0.0,
     ) -> None:
         self.instances = instances
         self.extra = dict(extra_labels or {})
         self.kvscope_extras = kvscope_extras
+        self.start = start  # unix time of minute 0 (process start times)
         self.minute = 0.0
-        self.counters = {i.name: _Counters() for i in instances}
-        self.histograms = {
-            i.name: {
-                "ttft": _Histogram(TIME_TO_FIRST_TOKEN_BUCKETS),
-                "itl": _Histogram(INTER_TOKEN_LATENCY_BUCKETS),
-                "queue": _Histogram(REQUEST_LATENCY_BUCKETS),
-                "prefill": _Histogram(REQUEST_LATENCY_BUCKETS),
-                "e2e": _Histogram(REQUEST_LATENCY_BUCKETS),
-                "prompt": _Histogram(PROMPT_BUCKETS),
-            }
-            for i in instances
-        }
-        self.states = {i.name: i.behaviour(0.0) for i in instances}
+        self.behaviours: dict[Unit, Behaviour] = {(i.name, engine): b for i in instances for engine, b in i.units}
+        self.counters = {u: _Counters() for u in self.behaviours}
+        self.histograms = {u: _histograms() for u in self.behaviours}
+        self.states = {u: b(0.0) for u, b in self.behaviours.items()}
+        self.started = {u: 0.0 for u in self.behaviours}  # minute of the last (re)start
 
     def step(self, seconds: float) -> None:
         self.minute += seconds / 60
-        for inst in self.instances:
-            s = inst.behaviour(self.minute)
-            self.states[inst.name] = s
+        for unit, behaviour in self.behaviours.items():
+            s = behaviour(self.minute)
+            if s.epoch != self.states[unit].epoch:  # a restart: counters and histograms from zero
+                self.counters[unit], self.histograms[unit] = _Counters(), _histograms()
+                self.started[unit] = self.minute
+            self.states[unit] = s
             if not s.engine_up:
                 continue
-            k, h, n = self.counters[inst.name], self.histograms[inst.name], s.rate * seconds
+            k, h, n = self.counters[unit], self.histograms[unit], s.rate * seconds
             prompt_mean = s.prompt_median * 1.3
             k.prompt += n * prompt_mean
             k.generation += n * s.output
@@ -195,6 +241,7 @@ class Simulation:
             k.finished["abort"] += n * s.error_share / 2
             k.finished["error"] += n * s.error_share / 2
             k.preemptions += s.preempt_rate * seconds
+            k.rejections += s.rejections * seconds
             k.queries += n * prompt_mean
             k.hits += n * prompt_mean * s.hit
             k.energy += s.power * seconds * 1000
@@ -212,74 +259,97 @@ class Simulation:
     def series(self) -> Iterable[tuple[str, str, dict[str, str], float]]:
         """(family type, name, labels, value) for every series now."""
         for inst in self.instances:
-            s, k, labels = (
-                self.states[inst.name],
-                self.counters[inst.name],
-                {**inst.engine_labels, **self.extra},
-            )
+            units = [(inst.name, engine) for engine, _ in inst.units]
+            if not self.states[units[0]].scraped:
+                continue  # a scrape gap: nothing from the node
             for index in range(inst.gpus):
-                yield from self._gpu(s, {**inst.gpu(index), **self.extra}, k)
-            if not s.engine_up:
+                unit = units[min(index, len(units) - 1)]
+                yield from self._gpu(
+                    inst, self.states[unit], {**inst.gpu(index), **self.extra}, self.counters[unit], index
+                )
+            if inst.no_vllm:
                 continue
+            for unit in units:
+                yield from self._engine(inst, unit)
+
+    def _engine(self, inst: Instance, unit: Unit) -> Iterable[tuple[str, str, dict[str, str], float]]:
+        s, k = self.states[unit], self.counters[unit]
+        labels = {**inst.engine_labels, **self.extra}
+        if unit[1] is not None:
+            labels["engine"] = unit[1]
+        if not s.engine_up:
+            return
+        if unit[1] is not None:  # a V1 engine with an engine label: the process collector too
+            yield "gauge", "process_start_time_seconds", labels, round(self.start + self.started[unit] * 60, 3)
+        if not inst.no_kv_gauge:
             kv = c.VLLM_KV_CACHE_USAGE.aliases[0] if inst.legacy else c.VLLM_KV_CACHE_USAGE.name
             yield "gauge", kv, labels, s.kv
-            yield "gauge", c.VLLM_REQUESTS_WAITING.name, labels, s.waiting
-            yield "gauge", c.VLLM_REQUESTS_RUNNING.name, labels, s.running
-            if inst.legacy:
-                yield "gauge", c.VLLM_REQUESTS_SWAPPED.name, labels, s.swapped
+        yield "gauge", c.VLLM_REQUESTS_WAITING.name, labels, s.waiting
+        yield "gauge", c.VLLM_REQUESTS_RUNNING.name, labels, s.running
+        if inst.legacy:
+            yield "gauge", c.VLLM_REQUESTS_SWAPPED.name, labels, s.swapped
+        yield (
+            "gauge",
+            c.VLLM_CACHE_CONFIG_INFO.name,
+            {
+                **labels,
+                "block_size": "16",
+                "num_gpu_blocks": "20000",
+                "gpu_memory_utilization": str(s.memory_share),
+                "cache_dtype": "auto",
+            },
+            1.0,
+        )
+        yield "counter", c.VLLM_NUM_PREEMPTIONS.name, labels, round(k.preemptions, 3)
+        yield "counter", c.VLLM_PROMPT_TOKENS.name, labels, round(k.prompt, 1)
+        yield "counter", c.VLLM_GENERATION_TOKENS.name, labels, round(k.generation, 1)
+        if s.rejections or k.rejections:
+            yield (
+                "counter",
+                c.VLLM_ADMISSION_REJECTIONS.name,
+                {**labels, "reason": "queue_full"},
+                round(k.rejections, 3),
+            )
+        for reason, value in k.finished.items():
+            yield (
+                "counter",
+                c.VLLM_REQUEST_SUCCESS.name,
+                {**labels, "finished_reason": reason},
+                round(value, 3),
+            )
+        queries = c.VLLM_PREFIX_CACHE_QUERIES.aliases[0] if inst.legacy else c.VLLM_PREFIX_CACHE_QUERIES.name
+        hits = c.VLLM_PREFIX_CACHE_HITS.aliases[0] if inst.legacy else c.VLLM_PREFIX_CACHE_HITS.name
+        yield "counter", queries, labels, round(k.queries, 1)
+        yield "counter", hits, labels, round(k.hits, 1)
+        h = self.histograms[unit]
+        for key, signal in (
+            ("ttft", c.VLLM_TTFT),
+            ("itl", c.VLLM_ITL),
+            ("queue", c.VLLM_QUEUE_TIME),
+            ("prefill", c.VLLM_PREFILL_TIME),
+            ("e2e", c.VLLM_E2E_LATENCY),
+            ("prompt", c.VLLM_REQUEST_PROMPT_TOKENS),
+        ):
+            name = signal.aliases[0] if inst.legacy and signal.aliases else signal.name
+            for sample_name, sample_labels, value in h[key].samples(name, labels):
+                yield "histogram:" + name, sample_name, sample_labels, value
+        if self.kvscope_extras and k.gateway_count:
             yield (
                 "gauge",
-                c.VLLM_CACHE_CONFIG_INFO.name,
-                {
-                    **labels,
-                    "block_size": "16",
-                    "num_gpu_blocks": "20000",
-                    "gpu_memory_utilization": str(s.memory_share),
-                    "cache_dtype": "auto",
-                },
-                1.0,
+                c.REQUEST_GATEWAY_SECONDS.name + "_sum",
+                labels,
+                round(k.gateway_sum, 6),
             )
-            yield "counter", c.VLLM_NUM_PREEMPTIONS.name, labels, round(k.preemptions, 3)
-            yield "counter", c.VLLM_PROMPT_TOKENS.name, labels, round(k.prompt, 1)
-            yield "counter", c.VLLM_GENERATION_TOKENS.name, labels, round(k.generation, 1)
-            for reason, value in k.finished.items():
-                yield (
-                    "counter",
-                    c.VLLM_REQUEST_SUCCESS.name,
-                    {**labels, "finished_reason": reason},
-                    round(value, 3),
-                )
-            queries = c.VLLM_PREFIX_CACHE_QUERIES.aliases[0] if inst.legacy else c.VLLM_PREFIX_CACHE_QUERIES.name
-            hits = c.VLLM_PREFIX_CACHE_HITS.aliases[0] if inst.legacy else c.VLLM_PREFIX_CACHE_HITS.name
-            yield "counter", queries, labels, round(k.queries, 1)
-            yield "counter", hits, labels, round(k.hits, 1)
-            h = self.histograms[inst.name]
-            for key, signal in (
-                ("ttft", c.VLLM_TTFT),
-                ("itl", c.VLLM_ITL),
-                ("queue", c.VLLM_QUEUE_TIME),
-                ("prefill", c.VLLM_PREFILL_TIME),
-                ("e2e", c.VLLM_E2E_LATENCY),
-                ("prompt", c.VLLM_REQUEST_PROMPT_TOKENS),
-            ):
-                name = signal.aliases[0] if inst.legacy and signal.aliases else signal.name
-                for sample_name, sample_labels, value in h[key].samples(name, labels):
-                    yield "histogram:" + name, sample_name, sample_labels, value
-            if self.kvscope_extras and k.gateway_count:
-                yield (
-                    "gauge",
-                    c.REQUEST_GATEWAY_SECONDS.name + "_sum",
-                    labels,
-                    round(k.gateway_sum, 6),
-                )
-                yield (
-                    "gauge",
-                    c.REQUEST_GATEWAY_SECONDS.name + "_count",
-                    labels,
-                    round(k.gateway_count, 3),
-                )
+            yield (
+                "gauge",
+                c.REQUEST_GATEWAY_SECONDS.name + "_count",
+                labels,
+                round(k.gateway_count, 3),
+            )
 
-    def _gpu(self, s: State, labels: dict[str, str], k: _Counters) -> Iterable[tuple[str, str, dict[str, str], float]]:
+    def _gpu(
+        self, inst: Instance, s: State, labels: dict[str, str], k: _Counters, index: int
+    ) -> Iterable[tuple[str, str, dict[str, str], float]]:
         if s.xid:
             yield (
                 "gauge",
@@ -289,28 +359,55 @@ class Simulation:
             )
         else:
             yield "gauge", c.DCGM_XID_ERRORS.name, {**labels, "err_code": "0", "err_msg": ""}, 0.0
+        if inst.exp_counts and s.xid_burst and s.xid:
+            window = {**labels, "xid": str(int(s.xid)), "window_size_in_ms": "300000"}
+            yield "gauge", c.DCGM_EXP_XID_COUNT.name, window, s.xid_burst * 5
         if not s.engine_up and s.xid == 79:
             return  # fallen off the bus: the rest of the GPU's series stop
         free = FB_TOTAL_MIB - FB_RESERVED_MIB - s.fb_used
-        for signal, value in (
-            (c.DCGM_GPU_UTIL, s.util),
-            (c.DCGM_FB_USED, s.fb_used),
-            (c.DCGM_FB_FREE, max(free, 0.0)),
-            (c.DCGM_FB_RESERVED, FB_RESERVED_MIB),
-            (c.DCGM_GPU_TEMP, s.temp),
-            (c.DCGM_MEMORY_TEMP, s.temp + 5),
-            (c.DCGM_POWER_USAGE, s.power),
+        mig = inst.mig if index == 0 else ()
+        device = [
+            (c.DCGM_GPU_TEMP, INT64_BLANK if s.sentinel else s.temp),
+            (c.DCGM_MEMORY_TEMP, INT64_BLANK if s.sentinel else s.temp + 5),
+            (c.DCGM_POWER_USAGE, FP64_BLANK if s.sentinel else s.power),
             (c.DCGM_SM_CLOCK, s.sm_clock),
             (c.DCGM_MEM_CLOCK, 2619.0),
-            (c.DCGM_PCIE_RX_BYTES, s.pcie_rx),
-            (c.DCGM_PCIE_TX_BYTES, s.pcie_tx),
             (c.DCGM_ROW_REMAP_FAILURE, s.remap_failure),
             (c.DCGM_TOTAL_ENERGY, round(k.energy)),
             (c.DCGM_PCIE_REPLAY, 0.0),
-        ):
+            (c.DCGM_PCIE_RX_BYTES, s.pcie_rx),
+            (c.DCGM_PCIE_TX_BYTES, s.pcie_tx),
+        ]
+        if not mig:
+            device += [
+                (c.DCGM_GPU_UTIL, s.util),
+                (c.DCGM_FB_USED, s.fb_used),
+                (c.DCGM_FB_FREE, max(free, 0.0)),
+                (c.DCGM_FB_RESERVED, FB_RESERVED_MIB),
+            ]
+        for signal, value in device:
             yield "gauge", signal.name, labels, value
-        if s.dram_active is not None:
+        if s.gr_active is not None and not mig:
+            yield "gauge", c.DCGM_GR_ENGINE_ACTIVE.name, labels, s.gr_active
+        if s.dram_active is not None and not mig:
             yield "gauge", c.DCGM_DRAM_ACTIVE.name, labels, s.dram_active
+        if s.clock_events or inst.exp_counts:
+            mask = sum(bit for bit, name in c.CLOCK_EVENT_REASONS.items() if name in s.clock_events)
+            yield "gauge", c.DCGM_CLOCK_EVENT_REASONS.name, labels, float(mask)
+        if inst.exp_counts:
+            for name in s.clock_events:
+                yield "gauge", c.DCGM_EXP_CLOCK_EVENTS.name, {**labels, "clock_event": name}, 10.0
+        for gi, profile in enumerate(mig):  # each MIG instance: its own slice of memory and engines
+            size = MIG_PROFILE_MIB.get(profile, 9856.0)
+            labels_i = {**labels, "GPU_I_ID": str(gi + 1), "GPU_I_PROFILE": profile}
+            used = size * s.memory_share
+            for signal, value in (
+                (c.DCGM_FB_USED, used),
+                (c.DCGM_FB_FREE, size - used),
+                (c.DCGM_GR_ENGINE_ACTIVE, s.gr_active if s.gr_active is not None else s.util / 100),
+                (c.DCGM_DRAM_ACTIVE, s.dram_active if s.dram_active is not None else 0.5),
+            ):
+                yield "gauge", signal.name, labels_i, value
 
 
 def openmetrics(simulations: list[Simulation], start: float, minutes: float, step: float = 30.0) -> str:

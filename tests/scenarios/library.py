@@ -247,9 +247,16 @@ def scenarios() -> list[Scenario]:
         ),
         Scenario(
             "no-vllm",
+            "healthy",
+            set(),
+            note="only GPU series: the engine is not scraped; the GPUs and their hardware are still read",
+            instances=fleet("novllm", base=replace(s, engine_up=False)),
+        ),
+        Scenario(
+            "nothing",
             "insufficient_data",
             set(),
-            note="only GPU series: the engine is not scraped",
-            instances=fleet("novllm", base=replace(s, engine_up=False)),
+            note="the selector matches no series at all",
+            instances=[],
         ),
     ]

@@ -30,7 +30,7 @@ def test_promql_falls_back_to_legacy_names_and_quantiles_are_per_instance():
     assert 'max_over_time(vllm:kv_cache_usage_perc{namespace="prod"}[15m])' in kv
     assert " or " in kv and "vllm:gpu_cache_usage_perc" in kv
     ttft = promql(BY_NAME["ttft_p99"], 900)
-    assert ttft.startswith("histogram_quantile(0.99, sum by (le, namespace, pod, instance, target, model_name)")
+    assert ttft.startswith("histogram_quantile(0.99, sum by (le, namespace, pod, instance, target, model_name, engine)")
     ratio = promql(BY_NAME["prefix_hit_before"], 1800)
     assert "[25m] offset 5m" in ratio
 

@@ -1,0 +1,157 @@
+"""What changed before an incident: the load and the configuration in the window against the
+baseline window before it (`--baseline`, default one window's length).
+
+Seed 000's avalanche came from prompts 1.8x longer at the same request rate; that sentence is
+what an on-call needs next to "KV cache full". A change counts when a load signal moved by
+`change_ratio` either way (the prefix hit rate: by `change_hit_points`), when an engine
+restarted (its process start time moved, or its counters reset), when its KV-cache
+configuration labels differ, or when a pod serves another model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from diagnosis.checks import Context, View, first, labels_of, value
+from diagnosis.findings import affected
+from diagnosis.measures import Entity, entity_key
+from kvscope import thresholds as t
+
+# (measure, signal name in `changes`, words for the summary)
+LOAD: tuple[tuple[str, str, str], ...] = (
+    ("request_rate", "request_rate", "requests/s"),
+    ("prompt_mean", "prompt_tokens_mean", "prompts"),
+    ("prompt_p99", "prompt_tokens_p99", "p99 prompt"),
+    ("output_mean", "output_tokens_mean", "outputs"),
+    ("prefix_hit", "prefix_hit_rate", "prefix hit rate"),
+)
+
+
+@dataclass
+class Change:
+    signal: str
+    scope: dict[str, str]
+    before: float | str
+    after: float | str
+    at: float | None = None
+    where: str = ""  # the scope's name (diagnosis/scopes.py)
+    ratio: float = 1.0
+    words: str = field(default="", repr=False)
+
+
+def changes(ctx: Context) -> list[Change]:
+    """Every change on every engine, largest first."""
+    out: list[Change] = []
+    ratio_limit, points = ctx.limit(t.CHANGE_RATIO), ctx.limit(t.CHANGE_HIT_POINTS)
+    for view in ctx.engines.values():
+        labels, where = labels_of(view), ctx.scope(view)
+        scope = affected(labels)
+        for name, signal, words in LOAD:
+            now, past = first(view, name), ctx.before(view, name)
+            if now is None or past is None:
+                continue
+            a, b = now.value, past.value
+            if name == "prefix_hit":
+                if abs(a - b) >= points:
+                    out.append(Change(signal, scope, round(b, 4), round(a, 4), None, where, _ratio(a, b), words))
+            elif b > 0 and (a / b >= ratio_limit or a / b <= 1 / ratio_limit):
+                out.append(Change(signal, scope, round(b, 3), round(a, 3), None, where, _ratio(a, b), words))
+        out += _restarts(ctx, view, scope, where)
+        config_now, config_past = _config(view), _config(ctx.baseline.get(_key(ctx, view), {}))
+        if config_now and config_past and config_now != config_past:
+            out.append(
+                Change("cache_config", scope, config_past, config_now, None, where, 99.0, "KV-cache configuration")
+            )
+    out += _models(ctx)
+    out.sort(key=lambda c: -abs(c.ratio))
+    return out
+
+
+def _ratio(a: float, b: float) -> float:
+    if b <= 0 or a <= 0:
+        return 99.0
+    return a / b if a >= b else b / a
+
+
+def _key(ctx: Context, view: View) -> tuple[tuple[str, str], ...]:
+    return entity_key(labels_of(view), Entity.ENGINE)
+
+
+def _config(view: View) -> str:
+    values = view.get("cache_config", [])
+    if not values:
+        return ""
+    labels = values[0].labels
+    keys = ("gpu_memory_utilization", "num_gpu_blocks", "block_size", "cache_dtype")
+    return ",".join(f"{k}={labels[k]}" for k in keys if k in labels)
+
+
+def _restarts(ctx: Context, view: View, scope: dict[str, str], where: str) -> list[Change]:
+    started, past = value(view, "start_time"), ctx.before(view, "start_time")
+    if started is not None and past is not None and started > past.value + 1:
+        return [Change("engine_restart", scope, round(past.value), round(started), started, where, 99.0, "restart")]
+    resets = value(view, "restarts") or 0
+    if resets >= 1:
+        return [Change("engine_restart", scope, 0, resets, None, where, 99.0, "restart")]
+    return []
+
+
+def _models(ctx: Context) -> list[Change]:
+    """A pod or instance that served another model in the baseline."""
+
+    def served(views: dict) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for view in views.values():
+            labels = labels_of(view)
+            where = labels.get("pod") or labels.get("instance") or ""
+            if where and labels.get("model_name"):
+                out.setdefault(where, set()).add(labels["model_name"])
+        return out
+
+    now, past = served(ctx.engines), served(ctx.baseline)
+    out = []
+    for where, models in now.items():
+        before = past.get(where)
+        if before and not (models & before):
+            out.append(
+                Change(
+                    "model",
+                    {"pod": where},
+                    ",".join(sorted(before)),
+                    ",".join(sorted(models)),
+                    None,
+                    where,
+                    99.0,
+                    "model",
+                )
+            )
+    return out
+
+
+def sentence(change: Change, others: list[Change]) -> str:
+    """One clause: 'prompts 1.8x longer at the same request rate'."""
+    if change.signal == "engine_restart":
+        return "the engine restarted"
+    if change.signal == "cache_config":
+        return f"the KV-cache configuration changed ({change.before} -> {change.after})"
+    if change.signal == "model":
+        return f"the model changed ({change.before} -> {change.after})"
+    assert isinstance(change.before, float | int) and isinstance(change.after, float | int)
+    if change.signal == "prefix_hit_rate":
+        return f"prefix hit rate {change.before:.0%} -> {change.after:.0%}"
+    up = change.after > change.before
+    factor = f"{change.ratio:.1f}x"
+    longer = "longer" if up else "shorter"
+    what = {
+        "prompt_tokens_mean": f"prompts {factor} {longer} ({change.before:,.0f} -> {change.after:,.0f} tokens)",
+        "prompt_tokens_p99": f"p99 prompt {factor} {longer}",
+        "output_tokens_mean": f"outputs {factor} {longer}",
+        "request_rate": (
+            f"request rate {factor} {'higher' if up else 'lower'} ({change.before:.2f} -> {change.after:.2f}/s)"
+        ),
+    }[change.signal]
+    if change.signal != "request_rate" and not any(
+        o.signal == "request_rate" and o.where == change.where for o in others
+    ):
+        what += " at the same request rate"
+    return what

@@ -1,0 +1,118 @@
+"""From findings to incidents: one root cause on one scope with the symptoms it explains there.
+
+The causal links are explicit (EXPLAINS) and hold only within one scope (a machine, or a pod
+where no machine is known): a throttled GPU explains slow decode on the engine it serves, never
+on another node. A load imbalance explains its saturated members' queues and KV pools, wherever
+they run, because the balancer in front of them is the one cause. Findings of a kind that is
+about how a fleet is configured (idle capacity, decode bound by HBM, gateway overhead) are one
+incident across the machines that show them.
+
+Incidents are ordered by severity, then the share of the fleet they affect, then confidence;
+ties fall back to the root-cause order of the vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from diagnosis.findings import ROOT_CAUSE_ORDER, Finding, Severity
+from diagnosis.scopes import Scopes
+
+# cause -> the findings it accounts for on its own scope
+EXPLAINS: dict[str, frozenset[str]] = {
+    "gpu_hardware_fault": frozenset(
+        {
+            "capacity_saturation",
+            "decode_bandwidth_bound",
+            "prefill_head_of_line",
+            "pcie_bottleneck",
+            "thermal_power_throttling",
+            "gpu_underutilized",
+            "gateway_overhead",
+        }
+    ),
+    "gpu_memory_pressure": frozenset({"capacity_saturation"}),
+    "thermal_power_throttling": frozenset({"decode_bandwidth_bound", "capacity_saturation", "prefill_head_of_line"}),
+    "pcie_bottleneck": frozenset({"capacity_saturation", "decode_bandwidth_bound"}),
+    "prefix_cache_miss": frozenset({"prefill_head_of_line", "capacity_saturation"}),
+    "load_imbalance": frozenset(
+        {
+            "kv_cache_exhaustion",
+            "capacity_saturation",
+            "prefill_head_of_line",
+            "decode_bandwidth_bound",
+            "gpu_underutilized",
+        }
+    ),
+    "kv_cache_exhaustion": frozenset({"capacity_saturation", "prefill_head_of_line", "decode_bandwidth_bound"}),
+    "prefill_head_of_line": frozenset({"capacity_saturation", "decode_bandwidth_bound"}),
+    "capacity_saturation": frozenset({"decode_bandwidth_bound"}),
+}
+# findings about a fleet's configuration: one incident wherever they show
+FLEET_WIDE = frozenset({"gpu_underutilized", "decode_bandwidth_bound", "gateway_overhead"})
+
+
+@dataclass
+class Incident:
+    id: str
+    severity: Severity
+    confidence: float
+    summary: str
+    scopes: list[str]
+    cause: Finding
+    symptoms: list[Finding] = field(default_factory=list)
+    onset: float | None = None
+    trigger: dict[str, object] | None = None
+
+    @property
+    def affected(self) -> list[dict[str, str]]:
+        out: list[dict[str, str]] = []
+        for f in (self.cause, *self.symptoms):
+            out += [a for a in f.affected if a not in out]
+        return out
+
+    @property
+    def explains(self) -> list[str]:
+        return sorted({f.id for f in self.symptoms})
+
+
+def _order(f: Finding) -> tuple[int, int, float]:
+    return (ROOT_CAUSE_ORDER.index(f.id), -f.severity.rank, -f.confidence)
+
+
+def group(findings: list[Finding], scopes: Scopes, fleet_size: int) -> list[Incident]:
+    """Every finding in exactly one incident: as its cause, or as a symptom its cause explains."""
+    incidents: list[Incident] = []
+    pending = sorted(findings, key=_order)
+    for finding in pending:
+        host = _explainer(incidents, finding, scopes)
+        if host is not None:
+            host.symptoms.append(finding)
+            host.severity = max(host.severity, finding.severity, key=lambda s: s.rank)
+            continue
+        merged = next((i for i in incidents if i.id == finding.id and finding.id in FLEET_WIDE), None)
+        if merged is not None:
+            merged.symptoms.append(finding)
+            merged.scopes.append(finding.scope)
+            continue
+        incidents.append(
+            Incident(finding.id, finding.severity, finding.confidence, finding.summary, [finding.scope], finding)
+        )
+    size = max(fleet_size, 1)
+    incidents.sort(
+        key=lambda i: (-i.severity.rank, -len(set(i.scopes)) / size, -i.confidence, ROOT_CAUSE_ORDER.index(i.id))
+    )
+    return incidents
+
+
+def _explainer(incidents: list[Incident], finding: Finding, scopes: Scopes) -> Incident | None:
+    for incident in incidents:
+        if finding.id not in EXPLAINS.get(incident.id, frozenset()):
+            continue
+        if incident.id == "load_imbalance":
+            members = {scopes.of_labels(a) for a in incident.cause.affected}
+            if finding.scope in members or finding.scope in incident.scopes:
+                return incident
+        elif finding.scope in incident.scopes:
+            return incident
+    return None

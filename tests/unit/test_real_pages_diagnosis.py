@@ -1,0 +1,82 @@
+"""Every page of ../shared/real-pages diagnosed (as two scrapes of the same page) without a crash,
+with the verdict a GPU engineer would give; a broken page costs only its own lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from diagnosis.measures import MEASURES
+from diagnosis.sources.scrape import ScrapeSource, compute
+from diagnosis.verdict import diagnose
+from kvscope import promtext
+
+REAL = Path(__file__).resolve().parents[3] / "shared" / "real-pages"
+pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason="../shared/real-pages is absent")
+
+# page -> the verdict: idle GPUs are a cost finding; the T4 at its cap is throttled
+VERDICTS = {
+    "dcgm-a100-10c-vgpu-vks-2.prom": "gpu_underutilized",
+    "dcgm-a100-40c-vgpu-vks-1.prom": "gpu_underutilized",
+    "dcgm-l4-kops-1.prom": "gpu_underutilized",
+    "dcgm-l40s-upcloud-1.prom": "gpu_underutilized",
+    "dcgm-l40s-viettel-redacted-1.prom": "healthy",  # 2 of 20 lines readable: SM clocks at idle
+    "dcgm-readme-blank-sentinel-1.prom": "healthy",
+    "dcgm-rtx4000ada-linode-1.prom": "gpu_underutilized",
+    "dcgm-t4-ericsson-1.prom": "thermal_power_throttling",
+    "dcgm-t4-rafay-1.prom": "gpu_underutilized",
+    "vllm-kops-qwen25-05b-1.prom": "healthy",
+}
+
+
+def _diagnose(*names: str):
+    samples = []
+    for name in names:
+        read, _ = promtext.parse_lenient((REAL / name).read_text())
+        samples += [promtext.Sample(s.name, {"instance": name, **s.labels}, s.value) for s in read]
+    return diagnose(compute(MEASURES, [(0.0, samples), (60.0, samples)], "pages"), 0, 60, "pages")
+
+
+def test_every_page_is_in_the_table():
+    assert sorted(p.name for p in REAL.glob("*.prom")) == sorted(VERDICTS)
+
+
+@pytest.mark.parametrize("name", sorted(VERDICTS))
+def test_each_real_page_gets_the_verdict_an_engineer_would_give(name):
+    assert _diagnose(name).bottleneck == VERDICTS[name]
+
+
+def test_the_t4_at_its_power_cap_is_throttled_on_default_counters():
+    result = _diagnose("dcgm-t4-ericsson-1.prom")
+    incident = result.incidents[0]
+    assert "68.2 W of 70 W" in incident.summary and "660 MHz vs maximum 1590 MHz" in incident.summary
+    assert [a.get("Hostname") for a in incident.affected] == ["cp-bm14r7"]
+
+
+def test_dcgm_blank_sentinels_are_never_values():
+    read, _ = promtext.parse_lenient((REAL / "dcgm-readme-blank-sentinel-1.prom").read_text())
+    assert any(s.value >= 1e15 for s in read)  # MEMORY_TEMP reads DCGM's blank
+    samples = [promtext.Sample(s.name, {"instance": "p", **s.labels}, s.value) for s in read]
+    measured = compute(MEASURES, [(0.0, samples), (60.0, samples)], "page")
+    assert all(v.value < 1e15 for values in measured.values.values() for v in values)
+    assert _diagnose("dcgm-readme-blank-sentinel-1.prom").bottleneck == "healthy"
+
+
+def test_a_redacted_page_costs_only_its_own_lines():
+    """The vLLM page beside a redacted dcgm page is diagnosed; the dcgm page is `partial`."""
+    from tests.fakes.pages import PageServer
+
+    vllm = PageServer((REAL / "vllm-kops-qwen25-05b-1.prom").read_text())
+    dcgm = PageServer((REAL / "dcgm-l40s-viettel-redacted-1.prom").read_text())
+    try:
+        source = ScrapeSource([vllm.url, dcgm.url], interval=0.2, step=0)
+        measured = source.fetch(MEASURES)
+    finally:
+        vllm.close()
+        dcgm.close()
+    result = diagnose(measured, 0, 1, source.name)
+    status = {s["source"]: s["status"] for s in result.sources}
+    assert status == {vllm.url: "ok", dcgm.url: "partial"}
+    assert result.bottleneck == "healthy" and result.exit_code == 0
+    assert any(m.startswith("vllm:") or m == "kv_usage_max" for m in measured.values) or measured.has("waiting_max")
