@@ -38,6 +38,7 @@ def _annotations(alert: d.Alert, runbook_base: str) -> dict[str, str]:
         "summary": alert.summary,
         "description": f"{alert.description} Diagnose: {diagnose_command(alert.diagnose_scope)}",
         "runbook_url": f"{runbook_base}#{alert.anchor}",
+        catalog.ALERT_EXPLAINED_BY: " ".join(alert.explained_by),
     }
 
 
@@ -99,6 +100,7 @@ def _burn_alerts(config: Config, slo: d.Slo, fx: d.Fixtures) -> list[d.Alert]:
                 silent=_burn_case(slo, fx, pairs[0], min(p[2] for p in pairs), fires=False),
                 diagnose_scope="namespace",
                 group="kvscope-slo",
+                explained_by=d.LATENCY,
             )
         )
     return out

@@ -28,6 +28,20 @@ from kvscope.xid_catalog import CATALOG, Bucket, codes
 
 ENGINE = ("namespace", "pod", "instance", "target", "model_name")
 GPU_BY = ("instance", "Hostname", "gpu")
+# what slows requests down: the incidents a latency or queue alert can be a symptom of
+LATENCY = (
+    "kv_cache_exhaustion",
+    "prefill_head_of_line",
+    "capacity_saturation",
+    "load_imbalance",
+    "prefix_cache_miss",
+    "gpu_hardware_fault",
+    "gpu_memory_pressure",
+    "thermal_power_throttling",
+    "pcie_bottleneck",
+    "decode_bandwidth_bound",
+    "gateway_overhead",
+)
 RUNBOOK_BASE = "https://github.com/kvscope/kvscope/blob/main/docs/runbooks.md"
 
 # The test fixtures: one engine and one GPU, labelled as real exporters label them.
@@ -60,6 +74,9 @@ class Alert:
     diagnose_scope: str = "namespace"  # label the diagnose command narrows to ("" = none)
     group: str = "kvscope-engine"
     more: tuple[Case, ...] = ()  # further cases that must fire (e.g. an XID the catalog lacks)
+    # the diagnosis incidents that account for the alert (annotation `explained_by`, read
+    # back by `kvscope diagnose` from Prometheus' rules API); () = about the monitoring itself
+    explained_by: tuple[str, ...] = ()
 
     @property
     def anchor(self) -> str:
@@ -266,6 +283,7 @@ def _engine_alerts(config: Config) -> list[Alert]:
             "vLLM KV cache nearly full.",
             "KV-cache usage of {{ $labels.instance }} is {{ $value | humanizePercentage }}: "
             "the next burst of long prompts starts preemptions.",
+            explained_by=("kv_cache_exhaustion", "load_imbalance"),
             fires=Case(
                 {fx.engine(c.VLLM_KV_CACHE_USAGE): _const(_above(kv_warn))}, "5m", fx.engine_labels, _above(kv_warn)
             ),
@@ -279,6 +297,7 @@ def _engine_alerts(config: Config) -> list[Alert]:
             "vLLM KV cache exhausted: requests are being preempted.",
             "KV-cache usage of {{ $labels.instance }} is {{ $value | humanizePercentage }} and "
             "requests are preempted (or swapped): they recompute their prefill and the queue grows (seed 000).",
+            explained_by=("kv_cache_exhaustion", "load_imbalance"),
             fires=Case(
                 {
                     fx.engine(c.VLLM_KV_CACHE_USAGE): _const(kv_full),
@@ -301,6 +320,7 @@ def _engine_alerts(config: Config) -> list[Alert]:
             "vLLM is preempting requests.",
             '{{ $labels.instance }} preempts {{ $value | printf "%.3g" }} requests per second: '
             "the KV pool is too small for the running set.",
+            explained_by=("kv_cache_exhaustion", "load_imbalance"),
             fires=Case(
                 {fx.engine(c.VLLM_NUM_PREEMPTIONS): _per_minute(2 * pre.value)},
                 "10m",
@@ -317,6 +337,7 @@ def _engine_alerts(config: Config) -> list[Alert]:
             "warning",
             "vLLM queue backlog: more load than capacity.",
             '{{ $labels.instance }} has {{ $value | printf "%.3g" }} requests waiting (seed 002: add capacity).',
+            explained_by=LATENCY,
             fires=Case(
                 {fx.engine(c.VLLM_REQUESTS_WAITING): _const(math.ceil(1.5 * backlog.value))},
                 "3m",
@@ -332,6 +353,7 @@ def _engine_alerts(config: Config) -> list[Alert]:
             "warning",
             "vLLM requests wait long in the queue.",
             'p99 time in queue on {{ $labels.instance }} is {{ $value | printf "%.3g" }} s.',
+            explained_by=LATENCY,
             fires=Case(queue_fire, "10m", fx.engine_labels, queue_fire_p99, lead=5),
             silent=Case(queue_quiet, "10m"),
             for_=queue_limit.for_,
@@ -342,6 +364,7 @@ def _engine_alerts(config: Config) -> list[Alert]:
             "warning",
             "vLLM time to first token is high.",
             'p99 TTFT on {{ $labels.instance }} is {{ $value | printf "%.3g" }} s (seed 002: above 3 s users leave).',
+            explained_by=LATENCY,
             fires=Case(ttft_fire, "10m", fx.engine_labels, ttft_fire_p99, lead=5),
             silent=Case(ttft_quiet, "10m"),
             for_=ttft_limit.for_,
@@ -359,6 +382,7 @@ def _engine_alerts(config: Config) -> list[Alert]:
             "vLLM prefix-cache hit rate dropped.",
             "The prefix-cache hit rate of {{ $labels.instance }} fell to {{ $value | humanizePercentage }} "
             f"(it was above {floor.value:.0%} the hour before): shared prefixes stopped being shared (seed 004).",
+            explained_by=("prefix_cache_miss",),
             fires=Case(
                 {
                     fx.engine(hits): f"0+{100 * good_hit:.12g}x60 {6000 * good_hit:.12g}+{100 * low_hit:.12g}x90",
@@ -384,6 +408,7 @@ def _engine_alerts(config: Config) -> list[Alert]:
             "warning",
             "vLLM requests are failing.",
             "{{ $value | humanizePercentage }} of requests on {{ $labels.instance }} end in an abort or error.",
+            explained_by=("gpu_hardware_fault", "gpu_memory_pressure", "kv_cache_exhaustion", "capacity_saturation"),
             fires=Case(
                 {
                     fx.engine(success, finished_reason="length"): _per_minute(100 * (1 - bad_share) / 60),
@@ -409,6 +434,7 @@ def _engine_alerts(config: Config) -> list[Alert]:
             "warning",
             "A vLLM target of kvscope export does not answer.",
             "kvscope export on {{ $labels.instance }} cannot scrape {{ $labels.target }}: its engine metrics are gone.",
+            explained_by=(),
             fires=Case(
                 {
                     _series(c.TARGET_UP, {"instance": "node-1:9400", "target": "http://10.0.0.1:8000/metrics"}): _const(
@@ -437,6 +463,7 @@ def _engine_alerts(config: Config) -> list[Alert]:
             "A kvscope export collector is failing.",
             "The {{ $labels.collector }} collector of kvscope export on {{ $labels.instance }} fails: "
             "its series are missing.",
+            explained_by=(),
             fires=Case(
                 {_series(c.EXPORTER_COLLECTOR_SUCCESS, {"instance": "node-1:9400", "collector": "nvml"}): _const(0)},
                 "5m",
@@ -484,6 +511,7 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} reported XID {{ $labels.xid }} "
             f'({what}) {{{{ $value | printf "%.3g" }}}} time(s) in 5 minutes; '
             "see the XID table on the GPU fleet dashboard.",
+            explained_by=("gpu_hardware_fault",),
             fires=case(code, "0 0 0 1 1 1", True),
             silent=case(code, "0 0 0 0 0 0", False),
             # an unknown code's series does not exist until its first XID (the exporter pre-creates
@@ -533,6 +561,7 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             "GPU memory used beyond the engine's budget: near OOM.",
             "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} is {{ $value | humanizePercentage }} full: vLLM reserves "
             "its share up front, so this is more than the engine took (a leak or another process); CUDA OOM is near.",
+            explained_by=("gpu_memory_pressure",),
             fires=Case(
                 {fx.gpu(c.DCGM_FB_USED): _const(hot_use), fx.gpu(c.DCGM_FB_FREE): _const(card - hot_use)},
                 "2m",
@@ -553,6 +582,7 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} has been "
             '{{ $value | printf "%.3g" }} % busy for 10 minutes '
             "(seed 002: consolidate or scale down).",
+            explained_by=("gpu_underutilized",),
             fires=Case({fx.gpu(c.DCGM_GPU_UTIL): _const(floor.value / 2)}, "10m", fx.gpu_labels(), floor.value / 2),
             silent=Case({fx.gpu(c.DCGM_GPU_UTIL): _const(floor.value)}, "10m"),
             for_=floor.for_,
@@ -574,6 +604,7 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             "GPU XID error reported by dcgm-exporter.",
             "dcgm-exporter's last-XID value on GPU {{ $labels.gpu }} of {{ $labels.Hostname }} changed in the last "
             "5 minutes (seed 002: XIDs are hardware faults). The gauge is sticky, so only changes count.",
+            explained_by=("gpu_hardware_fault",),
             fires=Case({fx.gpu(c.DCGM_XID_ERRORS): "0 0 0 79 79 79"}, "4m", fx.gpu_labels(*GPU_BY), 79),
             silent=Case({fx.gpu(c.DCGM_XID_ERRORS): "79 79 79 79 79 79 79 79 79 79"}, "9m"),
             diagnose_scope="",
@@ -586,6 +617,7 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             "GPU row remap failed.",
             "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} failed to remap a row of HBM: reset the GPU and "
             "contact support.",
+            explained_by=("gpu_hardware_fault",),
             fires=Case({fx.gpu(c.DCGM_ROW_REMAP_FAILURE): "0 1 1"}, "2m", fx.gpu_labels(), 1),
             silent=Case({fx.gpu(c.DCGM_ROW_REMAP_FAILURE): "0 0 0"}, "2m"),
             diagnose_scope="",
@@ -598,6 +630,7 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             "GPU clocks held down by power or temperature.",
             "GPU {{ $labels.gpu }} on {{ $labels.instance }} was throttled {{ $value | humanizePercentage }} of the "
             "last 5 minutes while busy: latency follows the clock.",
+            explained_by=("thermal_power_throttling",),
             fires=Case(
                 {
                     fx.gpu(c.GPU_CLOCK_EVENT_ACTIVE, reason="sw_thermal_slowdown"): _const(1),
@@ -625,6 +658,7 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             "GPU running hot.",
             'GPU {{ $labels.gpu }} on {{ $labels.Hostname }} is at {{ $value | printf "%.3g" }} C: it slows its clocks '
             "near its slowdown temperature.",
+            explained_by=("thermal_power_throttling",),
             fires=Case(
                 {fx.gpu(c.DCGM_GPU_TEMP): _const(temp_limit.value + 5)}, "5m", fx.gpu_labels(), temp_limit.value + 5
             ),
@@ -640,6 +674,7 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             "GPU PCIe link degraded.",
             "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} runs its PCIe link below its generation or width: "
             "reseat or replace the card or riser.",
+            explained_by=("pcie_bottleneck",),
             fires=Case(_link(fx, 3, 16), "5m", fx.gpu_labels(), 3),
             silent=Case(_link(fx, 5, 16), "5m"),
             for_="5m",
@@ -653,6 +688,7 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             "GPU PCIe link saturated.",
             "GPU {{ $labels.gpu }} on {{ $labels.instance }} moves {{ $value | humanizePercentage }} "
             "of what its PCIe link achieves (seed 002: host-device copies stall the engine).",
+            explained_by=("pcie_bottleneck",),
             fires=Case(
                 _pcie(fx, over_share * achievable * cap_value, cap_value),
                 "5m",
@@ -671,6 +707,7 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             "GPU PCIe link is retrying.",
             'GPU {{ $labels.gpu }} on {{ $labels.Hostname }} replays {{ $value | printf "%.3g" }} PCIe packets per '
             "second: the link is failing.",
+            explained_by=("pcie_bottleneck",),
             fires=Case(
                 {fx.gpu(c.DCGM_PCIE_REPLAY): _per_minute(2 * replays.value)},
                 "10m",

@@ -61,6 +61,40 @@ class Evidence:
     threshold: float | None
     labels: dict[str, str]
     measure: str = ""  # the measure it came from (diagnosis/measures.py), for the onset search
+    above: bool = True  # the finding holds with the value at or above the threshold (False: at or below)
+
+    @property
+    def margin(self) -> float | None:
+        """How far past its threshold, as a share of it (capped at 1); None when it is not past
+        it (context, or a signal that missed) or has no threshold. A threshold of 0 (an event
+        counted, an XID) is past by all of it."""
+        if self.threshold is None:
+            return None
+        past = self.value >= self.threshold if self.above else self.value <= self.threshold
+        if not past:
+            return None
+        if self.threshold == 0:
+            return 1.0 if self.value != 0 else None
+        return min(1.0, abs(self.value - self.threshold) / abs(self.threshold))
+
+
+# Confidence from evidence (docs/diagnosis.md): each independent signal past its threshold
+# supports the finding with SUPPORT_FLOOR + SUPPORT_SPAN x its margin (0.5 when barely past,
+# 0.9 at twice its threshold or more); signals combine as independent witnesses,
+# 1 - prod(1 - support); a finding no thresholded signal supports gets UNSUPPORTED.
+SUPPORT_FLOOR, SUPPORT_SPAN, UNSUPPORTED = 0.5, 0.4, 0.3
+
+
+def confidence_of(evidence: list[Evidence]) -> float:
+    doubt, seen = 1.0, set()
+    for e in evidence:
+        key = (e.measure or e.query, tuple(sorted(e.labels.items())))
+        margin = e.margin
+        if margin is None or key in seen:
+            continue
+        seen.add(key)
+        doubt *= 1 - (SUPPORT_FLOOR + SUPPORT_SPAN * margin)
+    return UNSUPPORTED if not seen else round(min(0.99, 1 - doubt), 2)
 
 
 @dataclass

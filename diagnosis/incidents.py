@@ -80,10 +80,15 @@ def _order(f: Finding) -> tuple[int, int, float]:
     return (ROOT_CAUSE_ORDER.index(f.id), -f.severity.rank, -f.confidence)
 
 
-def group(findings: list[Finding], scopes: Scopes, fleet_size: int) -> list[Incident]:
-    """Every finding in exactly one incident: as its cause, or as a symptom its cause explains."""
+def group(
+    findings: list[Finding], scopes: Scopes, fleet_size: int, late: list[Finding] | None = None
+) -> list[Incident]:
+    """Every finding in exactly one incident: as its cause, or as a symptom its cause explains.
+
+    `late`: findings seen only over an alert's shorter window (a burst); they never become the
+    cause of the findings of the whole window: a symptom of one of their incidents, or their own."""
     incidents: list[Incident] = []
-    pending = sorted(findings, key=_order)
+    pending = sorted(findings, key=_order) + sorted(late or [], key=_order)
     for finding in pending:
         host = _explainer(incidents, finding, scopes)
         if host is not None:

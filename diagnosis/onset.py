@@ -1,45 +1,131 @@
-"""When an incident began: its cause's first thresholded signal, re-evaluated over a short window
-at every step from the baseline's start to `at` (one range query per incident); the onset is
-the first step of the last run in which the signal was past its threshold, in the direction it
-is past it at the end. Only the Prometheus source has the history; elsewhere onset stays None.
+"""When an incident began, and when its trigger moved.
+
+Each thresholded signal of the incident's cause (up to four) is re-evaluated over a short window
+at every step from the baseline's start to `at` (one range query each); a signal's onset is the
+first step of the last run in which it was past its line (in the direction the finding needs;
+an event's run may have ended),
+and the incident's onset the latest of them: since then, all held. A trigger's time is when its
+signal's trailing mean crossed the midpoint between the baseline and the window, less half the
+trailing window. Only the Prometheus source has the history; elsewhere both stay None.
 """
 
 from __future__ import annotations
 
+import time
+from typing import TYPE_CHECKING
+
+from diagnosis.changes import LOAD, Change
+from diagnosis.findings import Evidence
 from diagnosis.incidents import Incident
 from diagnosis.measures import BY_NAME, ENTITY_LABELS
 from diagnosis.sources.prometheus import PrometheusSource, promql
 from kvscope.prometheus import PrometheusError
 from kvscope.promql import Selector
 
+if TYPE_CHECKING:
+    from diagnosis.verdict import Diagnosis
+
 SHORT = 120.0  # the window each step's value is taken over
+MAX_SIGNALS = 4  # range queries per incident at most
 STEPS = 120  # points in the range: a 30-minute span is read every 15 s
 
 
 def find(source: PrometheusSource, incidents: list[Incident], at: float, span: float) -> None:
-    """Set each incident's onset (unix seconds) where its signal shows one."""
+    """Set each incident's onset (unix seconds): the time since which every thresholded signal of
+    its cause has been past its line (the latest of their onsets)."""
     for incident in incidents:
-        evidence = next((e for e in incident.cause.evidence if e.threshold is not None and e.measure in BY_NAME), None)
-        if evidence is None:
+        onsets = []
+        for evidence in _signals(incident):
+            onset = _onset(source, evidence, at, span)
+            if onset is None:
+                break
+            onsets.append(onset)
+        else:
+            incident.onset = max(onsets) if onsets else None
+
+
+def _signals(incident: Incident) -> list[Evidence]:
+    out, seen = [], set()
+    for e in incident.cause.evidence:
+        if e.threshold is None or e.measure not in BY_NAME or e.margin is None or e.measure in seen:
             continue
-        measure = BY_NAME[evidence.measure]
-        labels = {k: v for k, v in evidence.labels.items() if k in (*ENTITY_LABELS[measure.entity], *measure.by)}
+        seen.add(e.measure)
+        out.append(e)
+    return out[:MAX_SIGNALS]
+
+
+def _onset(source: PrometheusSource, evidence: Evidence, at: float, span: float) -> float | None:
+    measure = BY_NAME[evidence.measure]
+    labels = {k: v for k, v in evidence.labels.items() if k in (*ENTITY_LABELS[measure.entity], *measure.by)}
+    selector = source.selector & source.entity_selector[measure.entity] & Selector.of(**labels)
+    expr = promql(measure, SHORT, selector, min(source.recent, SHORT))
+    try:
+        series = source.client.query_range(expr, at - span, at, max(span / STEPS, 15.0))
+    except PrometheusError:
+        return None
+    if not series or evidence.threshold is None:
+        return None
+    limit = evidence.threshold
+    onset, held = None, False  # the start of the last run in which it held (an event's run may end)
+    for t, v in series[0][1]:
+        holds = (v > limit if limit == 0 else v >= limit) if evidence.above else v <= limit  # 0: an event
+        if holds and not held:
+            onset = t
+        held = holds
+    return onset
+
+
+def change_times(
+    source: PrometheusSource, incidents: list[Incident], changes: list[Change], at: float, span: float
+) -> None:
+    """When each incident's trigger moved: the first step after which its signal stayed past the
+    midpoint between its baseline and its window value (set on the trigger and the change)."""
+    measure_of = {signal: name for name, signal, _ in LOAD}
+    for incident in incidents:
+        trigger = incident.trigger
+        if not trigger or trigger.get("at") is not None or trigger["signal"] not in measure_of:
+            continue
+        before, after = trigger["before"], trigger["after"]
+        if not isinstance(before, int | float) or not isinstance(after, int | float):
+            continue
+        measure = BY_NAME[measure_of[str(trigger["signal"])]]
+        scope = trigger.get("scope")
+        scope = scope if isinstance(scope, dict) else {}
+        labels = {str(k): str(v) for k, v in scope.items() if k in ENTITY_LABELS[measure.entity]}
         selector = source.selector & source.entity_selector[measure.entity] & Selector.of(**labels)
-        expr = promql(measure, SHORT, selector, min(source.recent, SHORT))
-        step = max(span / STEPS, 15.0)
         try:
-            series = source.client.query_range(expr, at - span, at, step)
+            series = source.client.query_range(
+                promql(measure, SHORT, selector, SHORT), at - span, at, max(span / STEPS, 15.0)
+            )
         except PrometheusError:
             continue
-        if not series or evidence.threshold is None:
+        if not series:
             continue
-        points, limit = series[0][1], evidence.threshold
-        above = evidence.value >= limit
-        past = [(t, (v >= limit) == above) for t, v in points]
-        onset = None
-        for t, holds in past:
-            if holds and onset is None:
-                onset = t
-            elif not holds:
-                onset = None
-        incident.onset = onset
+        middle, rising = (before + after) / 2, after > before
+        moved = None
+        for t, v in series[0][1]:
+            past = v >= middle if rising else v <= middle
+            if past and moved is None:
+                moved = t
+            elif not past:
+                moved = None
+        if moved is not None:
+            # a trailing mean crosses the midpoint of a step half its window after the step
+            moved -= SHORT / 2
+            trigger["at"] = moved
+            for change in changes:
+                if change.signal == trigger["signal"] and change.scope == scope:
+                    change.at = moved
+
+
+def say_when(diagnosis: Diagnosis) -> None:
+    """Put the trigger's time into each incident's summary ("... at the same request rate, since
+    14:02 UTC"), and the first incident's into the verdict's."""
+    for incident in diagnosis.incidents:
+        at = incident.trigger.get("at") if incident.trigger else None
+        if isinstance(at, int | float) and "since" not in incident.summary:
+            when = time.strftime("%H:%M:%S UTC", time.gmtime(at))
+            old = incident.summary
+            incident.summary = old.rstrip(".") + f", since {when}."
+            if diagnosis.summary.startswith(old):
+                diagnosis.summary = incident.summary + diagnosis.summary[len(old) :]

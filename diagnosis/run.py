@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diagnosis import onset
+from diagnosis import alerts, onset
 from diagnosis.findings import INSUFFICIENT_DATA, Severity
 from diagnosis.measures import MEASURES, Entity
 from diagnosis.sources import SourceError
@@ -27,6 +27,7 @@ class Request:
     at: float = 0.0
     window: float = 1800.0
     baseline: float | None = None  # the window before compared with this one; default its length
+    alert_window: float | None = None  # the alerts' own window, to look again at what they saw (default: recent)
     recent: float = RECENT
     selector: Selector = ANY
     path_prefix: str = ""
@@ -66,8 +67,18 @@ def run(request: Request) -> Diagnosis:
         )
         try:
             measurements = prom.fetch(MEASURES, request.at, request.window, request.baseline)
-            result = diagnose(measurements, request.at, request.window, prom.name, config)
-            onset.find(prom, result.incidents, request.at, request.window + (request.baseline or request.window))
+            firing = alerts.fetch(client, request.at, request.window, request.selector)
+            result = diagnose(measurements, request.at, request.window, prom.name, config, firing)
+            todo = alerts.unexplained(firing)
+            if todo:  # look again over the alerts' own window, at the time each last fired
+                times = sorted({a.last for a in todo})[-3:]
+                short = min(request.alert_window or request.recent, request.window)
+                recent = [prom.fetch(MEASURES, t, short, request.baseline) for t in times]
+                result = diagnose(measurements, request.at, request.window, prom.name, config, firing, recent)
+            span = request.window + (request.baseline or request.window)
+            onset.find(prom, result.incidents, request.at, span)
+            onset.change_times(prom, result.incidents, result.changes, request.at, span)
+            onset.say_when(result)
             for incident in result.incidents:
                 if incident.onset is not None:
                     measurements.onsets[(incident.id, tuple(sorted(incident.scopes)))] = incident.onset

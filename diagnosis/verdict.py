@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from diagnosis.alerts import Firing, explain, matches, unexplained
 from diagnosis.changes import Change, changes, sentence
 from diagnosis.checks import Context, all_checks, value
 from diagnosis.findings import (
@@ -67,8 +68,22 @@ def missing_required(m: Measurements) -> list[str]:
     return [" or ".join(BY_NAME[name].names[:2]) for name in REQUIRED]
 
 
-def diagnose(m: Measurements, at: float, window: float, source: str, config: Config | None = None) -> Diagnosis:
-    """The verdict over measurements, with the thresholds and GPU models of `config`."""
+def diagnose(
+    m: Measurements,
+    at: float,
+    window: float,
+    source: str,
+    config: Config | None = None,
+    firing: list[Firing] | None = None,
+    recent: list[Measurements] | None = None,
+) -> Diagnosis:
+    """The verdict over measurements, with the thresholds and GPU models of `config`.
+
+    `firing`: the kvscope alerts that fired in the window, each then explained by an incident or
+    not. `recent`: measurements over the alerts' own shorter window at the time each unexplained
+    one last fired; findings there that would explain one join the verdict (an alert over 5
+    minutes can see what a 30-minute average hides)."""
+    firing = firing or []
     config = config or Config()
     missing = missing_required(m)
     if missing:
@@ -88,9 +103,11 @@ def diagnose(m: Measurements, at: float, window: float, source: str, config: Con
     ctx = Context.of(m, config.thresholds, config.gpu_models)
     findings = [f for check in all_checks() for f in check(ctx)]
     findings.sort(key=lambda f: (ROOT_CAUSE_ORDER.index(f.id), -f.severity.rank, -f.confidence))
+    bursts = _recent_findings(recent or [], findings, firing, config)
     steps = triage(ctx, findings)
     found = changes(ctx)
-    incidents = group(findings, ctx.scopes, ctx.scopes.count())
+    incidents = group(findings, ctx.scopes, ctx.scopes.count(), late=bursts)
+    findings = findings + bursts
     for incident in incidents:
         incident.onset = m.onsets.get((incident.id, tuple(sorted(incident.scopes))))
         own = OWN_SIGNAL.get(incident.id)  # an incident's own signal is not its trigger
@@ -120,6 +137,8 @@ def diagnose(m: Measurements, at: float, window: float, source: str, config: Con
         sources=m.sources,
         notes=m.notes,
     )
+    base.alerts = [a.to_dict() for a in explain(firing, incidents)]
+    loose = sorted({a.alertname for a in unexplained(firing)})
     if not incidents:
         base.confidence = 0.9 if ctx.gpus and ctx.engines else 0.7  # part of the stack is unchecked
         checked = (
@@ -130,6 +149,10 @@ def diagnose(m: Measurements, at: float, window: float, source: str, config: Con
             )
         )
         base.summary = f"healthy: {checked} are within their thresholds"
+        if loose:
+            base.summary += (
+                f"; yet {', '.join(loose)} fired and nothing found explains {'it' if len(loose) == 1 else 'them'}"
+            )
         return base
     primary = incidents[0]
     base.bottleneck = primary.id
@@ -140,7 +163,30 @@ def diagnose(m: Measurements, at: float, window: float, source: str, config: Con
     base.summary = primary.summary + (
         f" {len(more)} more incident{'s' if len(more) > 1 else ''}: {'; '.join(more)}." if more else ""
     )
+    if loose:
+        base.summary += f" Not explained: {', '.join(loose)}."
     return base
+
+
+def _recent_findings(
+    recent: list[Measurements], findings: list[Finding], firing: list[Firing], config: Config
+) -> list[Finding]:
+    """Findings over an alert's shorter window that explain an alert nothing else explains."""
+    todo = [a for a in firing if a.explainers]
+    seen = {(f.id, f.scope) for f in findings}
+    out = []
+    for m in recent:
+        ctx = Context.of(m, config.thresholds, config.gpu_models)
+        for finding in (f for check in all_checks() for f in check(ctx)):
+            if (finding.id, finding.scope) in seen:
+                continue
+            if any(finding.id in a.explainers and matches(a, finding.affected) for a in todo):
+                # a burst the alert's window saw and the whole window's average does not: not critical
+                finding.summary = finding.summary.rstrip(".") + " (a burst, over the alert's shorter window)."
+                finding.severity = min(finding.severity, Severity.WARNING, key=lambda s: s.rank)
+                seen.add((finding.id, finding.scope))
+                out.append(finding)
+    return out
 
 
 # which change reads as the trigger when several moved on one scope: discrete events first, then

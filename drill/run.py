@@ -29,7 +29,7 @@ from drill.scenarios import Scenario
 from drill.traffic import Driver, Phase
 from kvscope import exitcodes
 from kvscope.config import Config
-from kvscope.durations import format_duration, scaled
+from kvscope.durations import format_duration, parse_duration, scaled
 from serving.hardware import detect
 
 POLL = 2.0  # seconds between looks at Prometheus while traffic runs
@@ -234,7 +234,10 @@ def run_profile(console: Console, options: DrillOptions, profile: str, rules: Pa
         queue = observe.instant(st.api, observe.queue_p99(span), ended)
         preemptions = observe.preemptions_between(st.api, started - options.scrape_interval, ended)
         bundle = workdir / "diagnosis-bundle.json"  # the evidence, to diagnose again offline (--bundle)
-        diagnosis, markdown = _diagnose(st, ended, ended - started, ended - changed, options.config, bundle)
+        # as an on-call would: the time since the change, against the time before it as the baseline
+        diagnosis, markdown = _diagnose(
+            st, ended, ended - changed, changed - started, parse_duration(window), options.config, bundle
+        )
         console.print(
             f"diagnosis ({profile}): [bold]{diagnosis['bottleneck']}[/]: {diagnosis['summary']}", highlight=False
         )
@@ -267,14 +270,23 @@ def _profile_flags(profile: str, model: str | None) -> list[str]:
 
 
 def _diagnose(
-    st: stack.Stack, at: float, window: float, recent: float, config: Config, bundle: Path
+    st: stack.Stack, at: float, window: float, baseline: float, alert_window: float, config: Config, bundle: Path
 ) -> tuple[dict, str]:
+    """The diagnosis an on-call would run: over the time since the change, against the time before
+    it; an alert nothing explains is looked at again over the rules' (compressed) window."""
     from diagnosis.report import render_markdown, to_dict
     from diagnosis.run import Request
     from diagnosis.run import run as diagnose
 
     request = Request(
-        prometheus=st.prometheus.base_url, at=at, window=window, recent=recent, config=config, save_bundle=bundle
+        prometheus=st.prometheus.base_url,
+        at=at,
+        window=window,
+        recent=window,
+        baseline=baseline,
+        alert_window=alert_window,
+        config=config,
+        save_bundle=bundle,
     )
     result = diagnose(request)
     return to_dict(result), render_markdown(result)

@@ -752,6 +752,19 @@ PROCESS_START_TIME = Signal(
     _VLLM,
 )
 
+ALERTS = Signal(
+    "ALERTS",
+    G,
+    "bool",
+    "Prometheus' own series of pending and firing alerts, one per alert and label set.",
+    Source.PROMETHEUS,
+    ("alertname", "alertstate"),
+)
+
+# The annotation every kvscope alert rule carries: the diagnosis incidents that account for it
+# (space-separated vocabulary ids), written by `kvscope alerts build`, read by `kvscope diagnose`.
+ALERT_EXPLAINED_BY = "explained_by"
+
 # --- recording rules (alerts/): SLO error ratios over the multi-window burn-rate windows -------
 
 SLO_WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")

@@ -122,6 +122,19 @@ class PrometheusClient:
         except (KeyError, TypeError, ValueError) as exc:
             raise NotPrometheus(f"{self.name}: malformed range answer ({exc})") from exc
 
+    def samples(self, expr: str, at: float | None = None) -> Matrix:
+        """The raw samples of a range selector (`metric[5m]`) at `at`: a matrix."""
+        params: dict[str, Any] = {"query": expr}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        data = self.get("/api/v1/query", params)
+        try:
+            if data["resultType"] != "matrix":
+                return []
+            return [(dict(r["metric"]), [(float(t), float(v)) for t, v in r["values"]]) for r in data["result"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise NotPrometheus(f"{self.name}: malformed range answer ({exc})") from exc
+
     def value(self, expr: str, at: float | None = None) -> float | None:
         """The largest finite value of an instant query, or None when it has none (or failed)."""
         try:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from diagnosis.findings import Evidence, Finding, Severity, affected, describe
+from diagnosis.findings import Evidence, Finding, Severity, affected, confidence_of, describe
 from diagnosis.measures import BY_NAME, Entity, Measurements, Value, entity_key
 from diagnosis.scopes import Scopes
 from kvscope.gpu_models import DEFAULT_MODELS, GpuModels
@@ -123,10 +123,13 @@ def labels_of(view: View) -> dict[str, str]:
     return {}
 
 
-def evidence(view: View, name: str, threshold: float | None = None) -> Evidence:
+def evidence(view: View, name: str, threshold: float | None = None, above: bool = True) -> Evidence:
+    """A measure of a view as evidence; `above`: the finding holds at or above the threshold."""
     v = first(view, name)
     assert v is not None, name
-    return Evidence(query=v.query, value=round(v.value, 6), threshold=threshold, labels=dict(v.labels), measure=name)
+    return Evidence(
+        query=v.query, value=round(v.value, 6), threshold=threshold, labels=dict(v.labels), measure=name, above=above
+    )
 
 
 @dataclass
@@ -151,9 +154,8 @@ class Parts:
     """What a check says about its worst hit (the skeleton adds the id and the affected list)."""
 
     severity: Severity
-    confidence: float
     summary: str
-    evidence: list[Evidence]
+    evidence: list[Evidence]  # the finding's confidence is computed from it (findings.confidence_of)
     remediation: list[str]
 
 
@@ -180,7 +182,7 @@ def scoped_findings(
             Finding(
                 id=id_,
                 severity=parts.severity,
-                confidence=parts.confidence,
+                confidence=confidence_of(parts.evidence),
                 summary=parts.summary,
                 affected=[affected(h.labels) for h in hits],
                 evidence=parts.evidence,

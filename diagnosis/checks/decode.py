@@ -25,17 +25,14 @@ def check(ctx: Context) -> list[Finding]:
         # slow clocks on the same machine explain it: the incident then is thermal_power_throttling's
         ev = [
             evidence(worst.view, "itl_p99", itl_limit),
-            evidence(worst.view, "kv_usage_max", ctx.limit(t.KV_USAGE_CRITICAL)),
+            evidence(worst.view, "kv_usage_max", ctx.limit(t.KV_USAGE_CRITICAL), above=False),
         ]
-        confidence = 0.5
         dram_limit = ctx.limit(t.DRAM_ACTIVE_HIGH)
         dram = [g for g in ctx.gpus_with(worst.view) if (value(g, "dram_active_avg") or 0) >= dram_limit]
         if dram:
             ev.append(evidence(dram[0], "dram_active_avg", dram_limit))
-            confidence += 0.3
         return Parts(
             Severity.WARNING,
-            confidence,
             f"decode is slow on {names(hits)}: p99 inter-token latency {worst.score * 1000:.0f} ms while "
             "KV cache, queue and clocks are fine: steps are bound by HBM bandwidth.",
             ev,

@@ -20,10 +20,12 @@ def check(ctx: Context) -> list[Finding]:
     def describe(worst: Hit, hits: list[Hit]) -> Parts:
         return Parts(
             Severity.WARNING if worst.score >= 2 * share_limit else Severity.INFO,
-            0.7,
             f"{worst.score:.0%} of request latency on {worst.name} is spent before the engine "
             "(gateway, protocol, tokenisation).",
-            [evidence(worst.view, "gateway_mean"), evidence(worst.view, "e2e_mean")],
+            [
+                evidence(worst.view, "gateway_mean", share_limit * (value(worst.view, "e2e_mean") or 0)),
+                evidence(worst.view, "e2e_mean"),
+            ],
             [
                 "profile the gateway path (py-spy on the API server process); keep connections alive (HTTP/1.1 "
                 "keep-alive or gRPC) and avoid re-serialising large bodies",

@@ -20,6 +20,13 @@ HEALTH_FAIL = 20.0  # dcgmHealthResult: 0 pass, 10 warn, 20 fail (go-dcgm)
 _CERTAIN = (48, 62, 64, 74, 79, 95, 119, 120, 140)  # codes that are faults whatever the context
 
 
+def _line(code: int) -> float:
+    """The count past which an XID is evidence of a fault: any for the codes that are faults
+    whatever the context (and those the catalog lacks), more than one for the others (XID 13 or
+    31 once can be the application's own bug; again and again, the GPU's)."""
+    return 0.0 if code in _CERTAIN or code not in CATALOG else 1.0
+
+
 def _faults(view: View) -> list[tuple[dict[str, str], int | None, Evidence]]:
     """(labels, XID or None for a failed row remap, evidence) for every fault on one GPU."""
     faults: list[tuple[dict[str, str], int | None, Evidence]] = []
@@ -27,15 +34,28 @@ def _faults(view: View) -> list[tuple[dict[str, str], int | None, Evidence]]:
         for v in view.get(name, []):
             code = v.labels.get("xid", "")
             if v.value > 0 and code.isdigit() and all(f[1] != int(code) for f in faults):
-                faults.append((v.labels, int(code), Evidence(v.query, v.value, 0, v.labels)))
+                faults.append((v.labels, int(code), Evidence(v.query, v.value, _line(int(code)), v.labels, name)))
     changed, last = value(view, "xid_changed"), value(view, "xid_last")
     if changed and last and not faults:
-        faults.append((labels_of(view), int(last), Evidence(view["xid_last"][0].query, last, None, labels_of(view))))
+        seen = view["xid_changed"][0]  # it appeared or changed in the window: a new XID
+        faults.append(
+            (
+                labels_of(view),
+                int(last),
+                Evidence(seen.query, seen.value, _line(int(last)), labels_of(view), "xid_changed"),
+            )
+        )
     if (value(view, "row_remap_failure") or 0) >= 1:
-        faults.append((labels_of(view), None, Evidence(view["row_remap_failure"][0].query, 1.0, 0, labels_of(view))))
+        faults.append(
+            (
+                labels_of(view),
+                None,
+                Evidence(view["row_remap_failure"][0].query, 1.0, 0.5, labels_of(view), "row_remap_failure"),
+            )
+        )
     for v in view.get("health_status", []):  # DCGM's passive health watches: 20 is a failure
         if v.value >= HEALTH_FAIL and not faults:
-            faults.append((v.labels, None, Evidence(v.query, v.value, HEALTH_FAIL, v.labels)))
+            faults.append((v.labels, None, Evidence(v.query, v.value, HEALTH_FAIL, v.labels, "health_status")))
     return [f for f in faults if f[1] is None or xid_describe(f[1]).bucket is not Bucket.IGNORE]
 
 
@@ -72,10 +92,8 @@ def check(ctx: Context) -> list[Finding]:
             )
         remediation.append("check the kernel log for the full XID line: dmesg -T | grep -i xid")
         more = len(hits) - 1
-        certain = code is None or code in _CERTAIN or code not in CATALOG
         return Parts(
             _SEVERITY[bucket],
-            0.95 if certain else 0.8,
             f"{worst.name}: {what}" + (f" (and {more} more GPU(s))" if more else "") + ".",
             [f[2] for h in hits for f in h.facts["faults"]],
             remediation,

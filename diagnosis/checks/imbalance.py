@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from diagnosis.checks import Context, View, evidence, labels_of, value
-from diagnosis.findings import Evidence, Finding, Severity, affected, describe
+from diagnosis.findings import Evidence, Finding, Severity, affected, confidence_of, describe
 from kvscope import catalog
 from kvscope import thresholds as t
 
@@ -44,14 +44,13 @@ def check(ctx: Context) -> list[Finding]:
         ev: list[Evidence] = [evidence(worst, "waiting_max", ctx.limit(t.QUEUE_BACKLOG))]
         if worst.get("kv_usage_max"):
             ev.append(evidence(worst, "kv_usage_max", ctx.limit(t.KV_USAGE_CRITICAL)))
-        ev += [evidence(v, "kv_usage_avg", ctx.limit(t.IMBALANCE_IDLE_KV)) for v in idle[:4]]
+        ev += [evidence(v, "kv_usage_avg", ctx.limit(t.IMBALANCE_IDLE_KV), above=False) for v in idle[:4]]
         data_parallel = any(labels_of(v).get("engine") for v in views)
-        share = len(busy) / len(views)
         findings.append(
             Finding(
                 id="load_imbalance",
                 severity=Severity.WARNING,
-                confidence=0.5 + 0.4 * (len(idle) / len(views)) + (0.1 if share <= 0.5 else 0.0),
+                confidence=confidence_of(ev),
                 summary=(
                     f"load is not spread across the {len(views)} {'engines' if data_parallel else 'replicas'} of "
                     f"{model or 'one model'}: {', '.join(describe(labels_of(v)) for v in busy)} "

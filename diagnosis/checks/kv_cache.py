@@ -33,6 +33,10 @@ def check(ctx: Context) -> list[Finding]:
         # ran out even when the sampled usage gauge (which swings within a second) missed the peak
         if preempt > preempt_limit or (full and swapped > 0):
             return Hit(view, preempt)
+        # kvscope serve's KV lanes hold requests at the gateway instead of letting the engine preempt:
+        # a full pool with requests waiting there for their class's KV share has run out all the same
+        if full and (value(view, "held_max") or 0) >= 1:
+            return Hit(view, preempt, {"held": value(view, "held_max")})
         return None
 
     def describe(worst: Hit, hits: list[Hit]) -> Parts:
@@ -49,11 +53,18 @@ def check(ctx: Context) -> list[Finding]:
             if growing or (value(view, "waiting_max") or 0) > 0:
                 ev.append(evidence(view, "waiting_max", ctx.limit(t.QUEUE_BACKLOG)))
         rate = worst.score
-        confidence = 0.6 + (0.2 if rate > 10 * preempt_limit else 0.1)
-        confidence += 0.15 if (value(worst.view, "waiting_max") or 0) > 0 else 0
+        held = worst.facts.get("held")
+        if held is not None:  # the lane held them: long prompts wait, nothing is evicted
+            return Parts(
+                Severity.WARNING,
+                f"KV cache full on {names(hits)}: usage {value(worst.view, 'kv_usage_max'):.0%}, with up to "
+                f"{held:.0f} requests held at the gateway for their class's KV share ({rate:.2f} preemptions/s): "
+                "long prompts wait for KV and their time to first token follows, the others are unaffected.",
+                [*ev, evidence(worst.view, "held_max", 1)],
+                _remediation(worst.view),
+            )
         peak = value(worst.view, "kv_usage_max")
         if peak is None or peak < full_at:
-            confidence -= 0.1
             usage = (
                 f"sampled usage peaked at {peak:.0%} (the pool filled between samples)"
                 if peak is not None
@@ -63,7 +74,6 @@ def check(ctx: Context) -> list[Finding]:
             usage = f"usage {peak:.0%}"
         return Parts(
             Severity.CRITICAL,
-            confidence,
             f"KV cache full on {names(hits)}: {usage} with {rate:.2f} preemptions/s; requests are evicted and "
             "recompute their prefill.",
             ev,

@@ -71,7 +71,6 @@ def check(ctx: Context) -> list[Finding]:
         budget_text = f"; the engine was given {f['budget']:.0%}" if f["budget"] is not None else ""
         return Parts(
             Severity.CRITICAL if f["near_oom"] else Severity.WARNING,
-            0.55 + (0.2 if f["budget"] is not None else 0) + (0.15 if f["growing"] else 0),
             f"{worst.name} uses {f['share']:.0%} of its memory{budget_text}: {cause}"
             + ("; it is one allocation from CUDA OOM." if f["near_oom"] else "."),
             ev,

@@ -41,9 +41,9 @@ def check(ctx: Context) -> list[Finding]:
             if view.get(busiest):
                 ev.append(evidence(view, busiest, round(saturation * f["capacity"])))
         if f["degraded"]:
-            ev += [
-                evidence(view, n) for n in ("pcie_gen", "pcie_max_gen", "pcie_width", "pcie_max_width") if view.get(n)
-            ]
+            for now, top in (("pcie_gen", "pcie_max_gen"), ("pcie_width", "pcie_max_width")):
+                if view.get(now) and view.get(top):  # below its maximum: past the line by the lanes lost
+                    ev += [evidence(view, now, value(view, top), above=False), evidence(view, top)]
         if f["replays"]:
             ev.append(evidence(view, "pcie_replay_rate", ctx.limit(t.PCIE_REPLAY_RATE)))
         if not ev:
@@ -57,7 +57,6 @@ def check(ctx: Context) -> list[Finding]:
             state = f"PCIe at {f['share']:.0%} of what the link achieves ({f['capacity'] / 1e9:.1f} GB/s per direction)"
         return Parts(
             Severity.CRITICAL if f["degraded"] and f["replays"] else Severity.WARNING,
-            0.85 if f["degraded"] else 0.7,
             f"{worst.name}: {state}" + (" with replays" if f["replays"] else "") + ".",
             ev,
             (

@@ -52,17 +52,15 @@ def check(ctx: Context) -> list[Finding]:
             evidence(view, "ttft_p50"),
             evidence(view, "prompt_p99", ctx.limit(t.LONG_PROMPT_TOKENS)),
         ]
-        confidence = 0.6
-        if worst.facts["stalls"]:
+        if worst.facts["stalls"]:  # decode stalls while long prefills run
             ev += [evidence(view, "itl_p99", ctx.limit(t.ITL_P99)), evidence(view, "itl_p50")]
-            confidence += 0.15  # decode stalls while long prefills run
         queue_limit = ctx.limit(t.QUEUE_TIME_P99)
         if (value(view, "queue_p99") or 0) >= queue_limit / 4:
             ev.append(evidence(view, "queue_p99", queue_limit))
-            confidence += 0.1
+        if view.get("kv_usage_max"):  # the pool is not the limit
+            ev.append(evidence(view, "kv_usage_max", ctx.limit(t.KV_USAGE_CRITICAL), above=False))
         return Parts(
             Severity.WARNING,
-            confidence,
             f"long prompts block short ones on {names(hits)}: p99 TTFT {value(view, 'ttft_p99'):.2f} s is "
             f"{worst.score:.0f}x the median, with a p99 prompt of {value(view, 'prompt_p99'):,.0f} tokens"
             + (

@@ -23,23 +23,22 @@ def check(ctx: Context) -> list[Finding]:
         recent, before = first(view, "prefix_hit_recent"), first(view, "prefix_hit_before")
         if recent is not None and before is not None:
             pairs.append((recent.value, before.value, "prefix_hit_recent", before))
-        for after_, before_, name, was in pairs:
-            fell_below = before_ >= floor > after_
-            halved = before_ >= 0.2 and after_ < before_ * drop
-            if fell_below or halved:
-                return Hit(view, before_ - after_, {"now": name, "was": was, "after": after_, "before": before_})
-        return None
+        hits = [
+            Hit(view, 1 - after_ / before_, {"now": name, "was": was, "after": after_, "before": before_})
+            for after_, before_, name, was in pairs
+            if (before_ >= floor > after_) or (before_ >= 0.2 and after_ < before_ * drop)  # fell below, or halved
+        ]
+        return max(hits, key=lambda h: h.score) if hits else None  # the sharper of the two comparisons
 
     def describe(worst: Hit, hits: list[Hit]) -> Parts:
         view, f = worst.view, worst.facts
         return Parts(
             Severity.WARNING,
-            0.6 + min(0.3, worst.score / 2),
             f"prefix-cache hit rate on {names(hits)} fell from {f['before']:.0%} to "
             f"{f['after']:.0%}: shared prompt prefixes stopped being shared, so each "
             "request prefills more.",
             [
-                evidence(view, f["now"], floor),
+                evidence(view, f["now"], min(floor, f["before"] * drop), above=False),
                 Evidence(f["was"].query, round(f["was"].value, 6), None, dict(f["was"].labels)),
             ],
             [

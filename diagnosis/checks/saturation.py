@@ -21,32 +21,40 @@ def check(ctx: Context) -> list[Finding]:
         even = p50 is None or p99 is None or p99 / max(p50, 1e-3) < ctx.limit(t.TTFT_TAIL_RATIO)
         # long prompts whose prefills stall decode explain the queue: head-of-line, not capacity
         even = even and not (long_prompt_tail(ctx, view) and decode_stalls(ctx, view))
-        if (growing or backlog) and slow_queue and kv_ok and few_preemptions and even:
+        # vLLM 0.32 with --max-num-queued-reqs: a capped queue cannot grow; refusals say it is full
+        rejecting = (value(view, "rejection_rate") or 0) > 0
+        if (((growing or backlog) and slow_queue) or rejecting) and kv_ok and few_preemptions and even:
             return Hit(view, value(view, "queue_p99") or 0)
         return None
 
     def describe(worst: Hit, hits: list[Hit]) -> Parts:
         view = worst.view
         ev = [
-            evidence(view, "queue_p99", ctx.limit(t.QUEUE_TIME_P99)),
-            evidence(view, "waiting_max", ctx.limit(t.QUEUE_BACKLOG)),
+            evidence(view, name, ctx.limit(limit))
+            for name, limit in (("queue_p99", t.QUEUE_TIME_P99), ("waiting_max", t.QUEUE_BACKLOG))
+            if view.get(name)
         ]
         if view.get("waiting_slope"):
             ev.append(evidence(view, "waiting_slope", ctx.limit(t.QUEUE_GROWTH)))
-        confidence = 0.55
         recent, overall = value(view, "generation_tps_recent"), value(view, "generation_tps")
         if recent and overall and recent / overall >= ctx.limit(t.THROUGHPUT_FLAT):
-            ev.append(evidence(view, "generation_tps_recent"))
-            confidence += 0.15  # throughput flat while the queue grows: at capacity
-        busy = [u for g in ctx.gpus_with(view) if (u := ctx.util(g)) is not None]
-        if busy and min(busy) >= ctx.limit(t.GPU_UTIL_BUSY):
-            confidence += 0.15
+            # throughput flat while the queue grows: at capacity
+            ev.append(evidence(view, "generation_tps_recent", ctx.limit(t.THROUGHPUT_FLAT) * overall))
+        busy = [g for g in ctx.gpus_with(view) if (ctx.util(g) or 0) >= ctx.limit(t.GPU_UTIL_BUSY)]
+        ev += [evidence(g, "gpu_util_avg", ctx.limit(t.GPU_UTIL_BUSY)) for g in busy if g.get("gpu_util_avg")]
+        if (value(view, "rejection_rate") or 0) > 0:  # a capped queue refuses what it cannot hold
+            ev.append(evidence(view, "rejection_rate", 0))
         rate = value(view, "request_rate") or 0
         return Parts(
             Severity.WARNING,
-            confidence,
-            f"more load than {names(hits)} can serve: p99 queue time {value(view, 'queue_p99'):.2f} s and up to "
-            f"{value(view, 'waiting_max'):.0f} waiting, while KV cache and prompt lengths are not the limit.",
+            f"more load than {names(hits)} can serve: p99 queue time {value(view, 'queue_p99') or 0:.2f} s and up to "
+            f"{value(view, 'waiting_max') or 0:.0f} waiting"
+            + (
+                f", {value(view, 'rejection_rate'):.2f} requests/s refused at the queue's cap"
+                if (value(view, "rejection_rate") or 0) > 0
+                else ""
+            )
+            + ", while KV cache and prompt lengths are not the limit.",
             ev,
             [
                 f"add replicas: this one finishes {rate:.1f} requests/s and the queue still grows",

@@ -55,15 +55,16 @@ def check(ctx: Context) -> list[Finding]:
             if v.value >= share_limit
         ]
         ev += [evidence({"clock_events": [v]}, "clock_events", 0) for v in view.get("clock_events", []) if v.value > 0]
-        limits = (
-            ("sm_clock_avg", round(ctx.limit(t.CLOCK_BELOW_MAX) * f["base"]) if f["against"] == "maximum" else None),
-            ("app_sm_clock", None),
-            ("temp_max", f["hot_limit"]),
-            ("power_avg", round(ctx.limit(t.POWER_AT_LIMIT) * f["power_limit"], 1) if f["power_limit"] else None),
-            ("power_limit", None),
-            ("clock_reasons", None),
+        share = ctx.limit(t.CLOCK_BELOW_MAX if f["against"] == "maximum" else t.CLOCK_BELOW_BASE)
+        limits = (  # (measure, threshold, the finding holds above it)
+            ("sm_clock_avg", round(share * f["base"]) if f["base"] else None, False),
+            ("app_sm_clock", None, True),
+            ("temp_max", f["hot_limit"], True),
+            ("power_avg", round(ctx.limit(t.POWER_AT_LIMIT) * f["power_limit"], 1) if f["power_limit"] else None, True),
+            ("power_limit", None, True),
+            ("clock_reasons", None, True),
         )
-        ev += [evidence(view, name, bound) for name, bound in limits if view.get(name)]
+        ev += [evidence(view, name, bound, above) for name, bound, above in limits if view.get(name)]
         cause = "temperature" if thermal else "the power cap"
         if not thermal and f["at_power_cap"] and view.get("power_avg"):
             cause += f" ({value(view, 'power_avg'):.1f} W of {f['power_limit']:.0f} W)"
@@ -75,7 +76,6 @@ def check(ctx: Context) -> list[Finding]:
         critical = (value(view, "temp_max") or 0) >= f["hot_limit"] + ctx.limit(t.GPU_TEMP_MARGIN)
         return Parts(
             Severity.CRITICAL if critical else Severity.WARNING,
-            0.6 + (0.2 if f["active"] else 0) + (0.15 if f["slow"] else 0),
             f"{worst.name} is throttled by {cause}: {clock_text}"
             + (f", {value(view, 'temp_max'):.0f} C" if thermal and view.get("temp_max") else "")
             + "; latency and throughput follow the clock.",

@@ -29,7 +29,6 @@ def check(ctx: Context) -> list[Finding]:
         mean = sum(h.facts["util"] for h in hits) / len(hits)
         return Parts(
             Severity.INFO,
-            0.7,
             f"{len(hits)} of {len(ctx.gpus)} GPUs averaged {mean:.0f} % busy: capacity is paid for and idle.",
             [_util_evidence(h, floor) for h in hits[:8]],
             [
@@ -43,5 +42,4 @@ def check(ctx: Context) -> list[Finding]:
 
 def _util_evidence(hit: Hit, floor: float) -> Evidence:
     name = "gpu_util_avg" if hit.view.get("gpu_util_avg") else "gr_active_avg"
-    ev = evidence(hit.view, name, floor if name == "gpu_util_avg" else floor / 100)
-    return ev
+    return evidence(hit.view, name, floor if name == "gpu_util_avg" else floor / 100, above=False)

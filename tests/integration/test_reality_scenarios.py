@@ -63,8 +63,11 @@ def test_every_incident_and_nothing_else(reality, case):
 def test_two_faults_on_two_machines_are_two_incidents_in_the_json(reality):
     case = next(c for c in CASES if c.name == "xid-and-avalanche")
     report = json.loads(json.dumps(to_dict(_run(reality, case))))
-    assert [i["id"] for i in report["incidents"]] == ["gpu_hardware_fault", "kv_cache_exhaustion"]
-    assert report["bottleneck"] == "gpu_hardware_fault" and "1 more incident" in report["summary"]
+    assert sorted(i["id"] for i in report["incidents"]) == ["gpu_hardware_fault", "kv_cache_exhaustion"]
+    # both critical, one machine each: the more confident first
+    confidences = [i["confidence"] for i in report["incidents"]]
+    assert confidences == sorted(confidences, reverse=True)
+    assert report["bottleneck"] == report["incidents"][0]["id"] and "1 more incident" in report["summary"]
     first = report["incidents"][0]
     assert {"id", "severity", "confidence", "onset", "summary", "affected", "explains", "trigger"} <= set(first)
     assert report["sources"][0]["status"] == "ok"
@@ -84,3 +87,88 @@ def test_a_symptom_on_the_same_machine_is_explained_not_listed(reality):
     case = next(c for c in CASES if c.name == "xid-explains-its-engine")
     incident = _run(reality, case).incidents[0]
     assert incident.id == "gpu_hardware_fault" and "capacity_saturation" in incident.explains
+
+
+@pytest.fixture(scope="module")
+def with_alerts(tmp_path_factory) -> Iterator[tuple[str, float]]:
+    """The seed case with ALERTS series as Prometheus would have written them, and the kvscope
+    rules loaded (their annotations name what explains each alert)."""
+    from alerts.build import RULES_FILE, write
+
+    work = tmp_path_factory.mktemp("alerts")
+    write(work)
+    case = next(c for c in CASES if c.name == "seed-000-longer-prompts")
+    start = time.time() - 62 * 60
+    text = openmetrics([Simulation(case.instances, {"scenario": case.name}, start=start)], start, 60)
+    lines = ["# TYPE ALERTS gauge"]
+    fired = [
+        ("VLLMKVCacheExhausted", {"namespace": "prod", "pod": "vllm-seed-1", "instance": "vllm-seed-1:8000"}, 44),
+        ("VLLMQueueTimeHigh", {"namespace": "prod", "pod": "vllm-seed-0", "instance": "vllm-seed-0:8000"}, 50),
+        ("KvscopeTargetDown", {"instance": "node-seed-0:9400", "target": "http://x/metrics"}, 50),
+    ]
+    for name, labels, since in fired:
+        body = ",".join(
+            f'{k}="{v}"'
+            for k, v in sorted(
+                {
+                    **labels,
+                    "alertname": name,
+                    "alertstate": "firing",
+                    "scenario": case.name,
+                    "severity": "warning",
+                }.items()
+            )
+        )
+        lines += [f"ALERTS{{{body}}} 1 {start + m * 60:.3f}" for m in range(since, 58)]
+    (work / "alerts.om").write_text(text.replace("# EOF\n", "\n".join(lines) + "\n# EOF\n"))
+    prometheus.backfill(work / "alerts.om", work / "data")
+    server = prometheus.start(
+        work / "prometheus", {}, storage=work / "data", retention="30d", rule_files=[work / RULES_FILE]
+    )
+    with running(server, ready_path="/-/ready", timeout=60) as ready:
+        yield ready.base_url, start
+
+
+def test_each_firing_alert_is_explained_or_said_why_not(with_alerts):
+    url, start = with_alerts
+    result = run(
+        Request(
+            prometheus=url,
+            at=start + DIAGNOSE_AT * 60,
+            window=900,
+            selector=Selector.of(scenario="seed-000-longer-prompts"),
+        )
+    )
+    by_name = {a["alertname"]: a for a in result.alerts}
+    assert by_name["VLLMKVCacheExhausted"]["explained_by"] == "kv_cache_exhaustion"
+    assert by_name["VLLMQueueTimeHigh"]["explained_by"] is None  # a healthy pod: nothing found there
+    assert "nothing" in by_name["VLLMQueueTimeHigh"]["why"] or "no incident" in by_name["VLLMQueueTimeHigh"]["why"]
+    assert by_name["KvscopeTargetDown"]["explained_by"] is None and "monitoring" in by_name["KvscopeTargetDown"]["why"]
+    assert "Not explained: VLLMQueueTimeHigh" in result.summary
+    assert json.loads(json.dumps(to_dict(result)))["alerts"] == result.alerts
+
+
+@pytest.mark.parametrize(
+    ("name", "incident", "minute"),
+    [
+        ("seed-000-longer-prompts", "kv_cache_exhaustion", 40),
+        ("xid-and-avalanche", "gpu_hardware_fault", 50),
+        ("xid-and-avalanche", "kv_cache_exhaustion", 35),
+        ("prefix-fell-before-the-window", "prefix_cache_miss", 40),
+        ("three-at-once", "thermal_power_throttling", 35),
+    ],
+)
+def test_the_onset_is_when_the_fault_began(reality, name, incident, minute):
+    _, start = reality
+    result = _run(reality, next(c for c in CASES if c.name == name))
+    found = next(i for i in result.incidents if i.id == incident)
+    assert found.onset is not None, found
+    assert abs((found.onset - start) / 60 - minute) <= 2, (found.onset - start) / 60
+
+
+def test_the_trigger_says_when_the_load_changed(reality):
+    _, start = reality
+    result = _run(reality, next(c for c in CASES if c.name == "seed-000-longer-prompts"))
+    trigger = result.incidents[0].trigger
+    assert trigger and isinstance(trigger["at"], float) and abs((trigger["at"] - start) / 60 - 40) <= 2
+    assert "since " in result.incidents[0].summary and "UTC" in result.summary

@@ -239,13 +239,36 @@ def test_gateway_share_and_idle_gpus():
     assert not fires(underutilized.check, gpu={"gpu_util_avg": 25}, engine={"waiting_max": 0})
 
 
-def test_the_root_cause_outranks_its_symptoms():
-    m = measurements(engine={"kv_usage_max": 0.97, "preemption_rate": 1.0})
-    m.values["xid_increase"] = [Value(1, {**GPU, "xid": "79"}, "q")]
+def test_the_root_cause_explains_its_symptoms_on_its_own_machine():
+    queue = {"waiting_max": 150, "waiting_slope": 0.5, "queue_p99": 4.0}
+    m = measurements(engine=queue)
+    # dcgm-exporter's pod mapping names the engine's pod on its GPU: one machine
+    m.values["xid_increase"] = [Value(1, {**GPU, "pod": "vllm-0", "namespace": "prod", "xid": "79"}, "q")]
     result = diagnose(m, 0, 900, "t")
-    assert result.bottleneck == "gpu_hardware_fault"
-    assert [f.id for f in result.findings] == ["gpu_hardware_fault", "kv_cache_exhaustion"]
+    assert [i.id for i in result.incidents] == ["gpu_hardware_fault"]
+    assert result.incidents[0].explains == ["capacity_saturation"]
+    assert {f.id for f in result.findings} == {"gpu_hardware_fault", "capacity_saturation"}
     assert result.severity.value == "critical" and result.exit_code == exitcodes.CRITICAL
+
+
+def test_two_faults_on_two_machines_are_two_incidents():
+    m = measurements(engine={"kv_usage_max": 0.97, "preemption_rate": 1.0})
+    m.values["xid_increase"] = [Value(1, {**GPU, "xid": "79"}, "q")]  # a GPU the data joins to no engine
+    result = diagnose(m, 0, 900, "t")
+    assert sorted(i.id for i in result.incidents) == ["gpu_hardware_fault", "kv_cache_exhaustion"]
+    assert result.bottleneck == result.incidents[0].id and "1 more incident" in result.summary
+
+
+def test_confidence_grows_with_the_margin_and_the_signals_that_agree():
+    from diagnosis.findings import Evidence, confidence_of
+
+    barely = Evidence("q", 0.91, 0.9, {}, "kv")
+    far = Evidence("q", 1.8, 0.9, {}, "kv")
+    other = Evidence("q2", 0.2, 0.05, {}, "preempt")
+    missed = Evidence("q3", 0.5, 0.9, {}, "kv2")  # not past its line: no support
+    assert confidence_of([barely]) < confidence_of([far]) < confidence_of([far, other])
+    assert confidence_of([barely, missed]) == confidence_of([barely])
+    assert confidence_of([Evidence("q", 0.08, 0.75, {}, "hit", above=False)]) > 0.8  # fell far below
 
 
 def test_partial_data_is_not_no_data():
@@ -274,3 +297,19 @@ def test_a_threshold_changed_in_kvscope_yaml_moves_the_check(tmp_path):
     result = diagnose(measurements(engine=preempting), 0, 900, "t", config.load(path))
     assert result.bottleneck == "healthy"
     assert "threshold 2/s" in next(s.detail for s in result.steps if s.name == "preemption")
+
+
+def test_a_capped_queue_that_refuses_requests_is_saturated():
+    capped = {"waiting_max": 64, "waiting_slope": 0.0, "queue_p99": 0.5, "rejection_rate": 2.0}
+    found = one(saturation.check, Context.of(measurements(engine=capped)))
+    assert found is not None and "2.00 requests/s refused" in found.summary
+    assert not fires(saturation.check, engine={**capped, "rejection_rate": 0.0})
+
+
+def test_a_full_pool_whose_requests_wait_at_the_gateway_has_run_out_too():
+    # kvscope serve's KV lanes hold long prompts at the gateway instead of letting vLLM preempt
+    held = {"kv_usage_max": 0.95, "preemption_rate": 0.02, "held_max": 2}
+    found = one(kv_cache.check, Context.of(measurements(engine=held)))
+    assert found is not None and found.severity.value == "warning"
+    assert "held at the gateway" in found.summary and "the others are unaffected" in found.summary
+    assert not fires(kv_cache.check, engine={**held, "kv_usage_max": 0.7})  # a lane waiting on a free pool

@@ -128,3 +128,41 @@ def test_the_scrape_source_honours_the_selector():
     source.selectors = selectors
     measured = source.fetch([BY_NAME["kv_usage_max"]])
     assert [(v.labels["namespace"], v.value) for v in measured.values["kv_usage_max"]] == [("b", 0.2)]
+
+
+def test_scopes_join_only_what_the_labels_join():
+    from diagnosis.scopes import Scopes
+
+    engine = {"namespace": "prod", "pod": "vllm-0", "instance": "10.0.0.1:8000"}
+    sibling = {**engine, "engine": "1"}  # a data-parallel engine of the same pod
+    plain_gpu = {"Hostname": "node-0", "gpu": "0", "instance": "node-0:9400"}
+    mapped_gpu = {"hostname": "node-1", "gpu": "0", "pod": "vllm-0", "namespace": "prod"}
+    exported = {"Hostname": "node-2", "gpu": "0", "instance": "10.0.0.9:9464"}
+    kvscope_engine = {"pod": "vllm-9", "namespace": "prod", "instance": "10.0.0.9:9464"}
+    scopes = Scopes.of([engine, sibling, kvscope_engine], [plain_gpu, mapped_gpu, exported])
+    assert scopes.of_labels(engine) == scopes.of_labels(sibling) == scopes.of_labels(mapped_gpu) == "node-1"
+    assert scopes.of_labels(plain_gpu) == "node-0"  # plain dcgm-exporter: nothing names the engine
+    assert scopes.of_labels(kvscope_engine) == scopes.of_labels(exported) == "node-2"  # one kvscope exporter
+    assert scopes.count() == 3
+
+
+def test_mig_devices_are_their_own_entities():
+    from diagnosis.measures import Entity, entity_key
+
+    parent = {"Hostname": "n", "gpu": "0", "UUID": "GPU-1"}
+    slice_1 = {**parent, "GPU_I_ID": "1", "GPU_I_PROFILE": "3g.40gb"}
+    slice_2 = {**parent, "GPU_I_ID": "2", "GPU_I_PROFILE": "2g.20gb"}
+    keys = {entity_key(x, Entity.GPU) for x in (parent, slice_1, slice_2)}
+    assert len(keys) == 3
+
+
+def test_lenient_parsing_keeps_what_it_can_read():
+    from kvscope import promtext
+
+    page = (
+        '# TYPE a gauge\na{x="1"} 1\n'
+        'b{gpu="0",...,modelName="L40S",...} 2\n'  # a redacted paste
+        "# TYPE c counter\nc_total 3\n"
+    )
+    samples, bad = promtext.parse_lenient(page)
+    assert {s.name for s in samples} == {"a", "c_total"} and bad == 1

@@ -201,3 +201,17 @@ def test_threshold_lines_are_the_thresholds_table():
     from kvscope import thresholds as t
 
     assert steps == [None, t.KV_USAGE_WARNING.value, t.KV_USAGE_CRITICAL.value]
+
+
+def test_every_alert_names_the_incidents_that_explain_it():
+    """`kvscope diagnose` reads the annotation back to say which incident explains a firing alert;
+    only the alerts about the monitoring itself name none."""
+    from alerts import build as alert_build
+    from diagnosis.findings import VOCABULARY
+
+    rules, alerts = alert_build.build_rules()
+    for alert in alerts:
+        assert set(alert.explained_by) <= set(VOCABULARY), alert.name
+        assert alert.explained_by or alert.name.startswith("Kvscope"), alert.name
+    annotated = [r for g in rules["groups"] for r in g["rules"] if "alert" in r]
+    assert all("explained_by" in r["annotations"] for r in annotated)
