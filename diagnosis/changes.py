@@ -57,7 +57,10 @@ def changes(ctx: Context) -> list[Change]:
             elif b > 0 and (a / b >= ratio_limit or a / b <= 1 / ratio_limit):
                 out.append(Change(signal, scope, round(b, 3), round(a, 3), None, where, _ratio(a, b), words))
         out += _restarts(ctx, view, scope, where)
-        config_now, config_past = _config(view), _config(ctx.baseline.get(_key(ctx, view), {}))
+        config_now, config_past = (
+            _config(view),
+            _config(ctx.baseline.get(entity_key(labels_of(view), Entity.ENGINE), {})),
+        )
         if config_now and config_past and config_now != config_past:
             out.append(
                 Change("cache_config", scope, config_past, config_now, None, where, 99.0, "KV-cache configuration")
@@ -71,10 +74,6 @@ def _ratio(a: float, b: float) -> float:
     if b <= 0 or a <= 0:
         return 99.0
     return a / b if a >= b else b / a
-
-
-def _key(ctx: Context, view: View) -> tuple[tuple[str, str], ...]:
-    return entity_key(labels_of(view), Entity.ENGINE)
 
 
 def _config(view: View) -> str:

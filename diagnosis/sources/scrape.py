@@ -128,7 +128,12 @@ def compute(
     series the entity's selector (the user's --selector and kvscope.yaml's) matches."""
     out = Measurements()
     for measure in measures:
-        values = _measure(measure, snapshots, how, (selectors or {}).get(measure.entity, ANY))
+        found = _measure(measure, snapshots, how, (selectors or {}).get(measure.entity, ANY))
+        values = [v for v in found if usable(measure, v.value)]
+        if len(values) < len(found):
+            out.notes.append(
+                f"{measure.name}: {len(found) - len(values)} value(s) dropped (negative or a DCGM blank sentinel)"
+            )
         if values:
             out.values[measure.name] = values
     return out
@@ -301,11 +306,7 @@ def _measure(measure: Measure, snapshots: Sequence[Timed], how: str, selector: S
     for index, name in enumerate(_names(measure.signals)):
         for group, number in _alternative(measure, index, snapshots, selector).items():
             found.setdefault(group, (number, f"{how}: {name}"))  # `A or B`: A wins where both exist
-    return [
-        Value(number, _labels(measure, group), query)
-        for group, (number, query) in found.items()
-        if usable(measure, number)
-    ]
+    return [Value(number, _labels(measure, group), query) for group, (number, query) in found.items()]
 
 
 __all__ = ["ENTITY_LABELS", "ScrapeSource", "compute", "histogram_quantile"]

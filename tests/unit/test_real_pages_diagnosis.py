@@ -60,6 +60,11 @@ def test_dcgm_blank_sentinels_are_never_values():
     samples = [promtext.Sample(s.name, {"instance": "p", **s.labels}, s.value) for s in read]
     measured = compute(MEASURES, [(0.0, samples), (60.0, samples)], "page")
     assert all(v.value < 1e15 for values in measured.values.values() for v in values)
+    hot = [
+        promtext.Sample("DCGM_FI_DEV_GPU_TEMP", {"instance": "p", "gpu": "0", "Hostname": "n"}, 9223372036854775794.0)
+    ]
+    blank = compute(MEASURES, [(0.0, hot), (60.0, hot)], "page")
+    assert not blank.has("temp_max") and any("DCGM blank sentinel" in note for note in blank.notes)
     assert _diagnose("dcgm-readme-blank-sentinel-1.prom").bottleneck == "healthy"
 
 
