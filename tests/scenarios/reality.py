@@ -191,6 +191,19 @@ def cases() -> list[Case]:
             "an engine restarted 7 minutes before --at: its counters start again",
         ),
         Case(
+            "avalanche-through-a-gap-and-a-restart",
+            {("kv_cache_exhaustion", "vllm-gapr-1")},
+            fleet(
+                "gapr",
+                {
+                    1: lambda m: (
+                        replace(AVALANCHE, scraped=not 47 <= m < 51, epoch=1 if m >= 53 else 0) if m >= 35 else H
+                    )
+                },
+            ),
+            "a KV avalanche whose node went unscraped for four minutes, then whose engine restarted: neither hides it",
+        ),
+        Case(
             "gap-healthy",
             set(),
             fleet("gap", {2: lambda m: replace(H, scraped=False) if 46 <= m < 52 else H}),
