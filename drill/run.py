@@ -235,8 +235,11 @@ def run_profile(console: Console, options: DrillOptions, profile: str, rules: Pa
         preemptions = observe.preemptions_between(st.api, started - options.scrape_interval, ended)
         bundle = workdir / "diagnosis-bundle.json"  # the evidence, to diagnose again offline (--bundle)
         # as an on-call would: the time since the change, against the time before it as the baseline
+        # the window opens one rule window before the change: an event at the change itself (an XID
+        # counted from 0 to 1) needs a sample before it inside the window for increase() to see it
+        lead = min(parse_duration(window), (changed - started) / 2)
         diagnosis, markdown = _diagnose(
-            st, ended, ended - changed, changed - started, parse_duration(window), options.config, bundle
+            st, ended, ended - changed + lead, changed - started - lead, parse_duration(window), options.config, bundle
         )
         console.print(
             f"diagnosis ({profile}): [bold]{diagnosis['bottleneck']}[/]: {diagnosis['summary']}", highlight=False
