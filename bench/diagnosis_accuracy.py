@@ -15,10 +15,9 @@ from diagnosis.measures import MEASURES
 from diagnosis.run import Request, run
 from diagnosis.sources.scrape import compute
 from diagnosis.verdict import diagnose
-from drill import prometheus_server as prometheus
-from drill.launcher import running
 from kvscope import promtext
 from kvscope.promql import Selector
+from tests.scenarios.backfill import backfilled
 from tests.scenarios.fleet import Simulation, openmetrics, page
 from tests.scenarios.library import DIAGNOSE_AT, scenarios
 
@@ -42,11 +41,8 @@ def main() -> int:
     library = scenarios()
     start = time.time() - 62 * 60
     sims = [Simulation(s.instances, {"scenario": s.name}, s.kvscope_extras) for s in library]
-    (work / "library.om").write_text(openmetrics(sims, start, 60))
-    prometheus.backfill(work / "library.om", work / "data")
-    server = prometheus.start(work / "prometheus", {}, storage=work / "data", retention="30d")
     rows, right = [], 0
-    with running(server, ready_path="/-/ready", timeout=60):
+    with backfilled(work, openmetrics(sims, start, 60)) as server:
         for s in library:
             bundle = work / f"{s.name}.json"
             live = run(

@@ -12,9 +12,8 @@ import time
 from pathlib import Path
 
 from diagnosis.run import Request, run
-from drill import prometheus_server as prometheus
-from drill.launcher import running
 from kvscope.promql import Selector
+from tests.scenarios.backfill import backfilled
 from tests.scenarios.fleet import Simulation, openmetrics
 from tests.scenarios.reality import DIAGNOSE_AT, cases, names_of, score
 
@@ -32,11 +31,8 @@ def main() -> int:
     library = cases()
     start = time.time() - 62 * 60
     sims = [Simulation(c.instances, {"scenario": c.name}, start=start) for c in library]
-    (work / "reality.om").write_text(openmetrics(sims, start, 60))
-    prometheus.backfill(work / "reality.om", work / "data")
-    server = prometheus.start(work / "prometheus", {}, storage=work / "data", retention="30d")
     rows, right = [], 0
-    with running(server, ready_path="/-/ready", timeout=60):
+    with backfilled(work, openmetrics(sims, start, 60)) as server:
         for case in library:
             result = run(
                 Request(

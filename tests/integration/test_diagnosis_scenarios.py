@@ -19,11 +19,11 @@ from diagnosis.measures import MEASURES
 from diagnosis.run import Request, run
 from diagnosis.sources.scrape import ScrapeSource
 from diagnosis.verdict import diagnose
-from drill import prometheus_server as prometheus
 from drill.launcher import running
 from kvscope import exitcodes
 from kvscope.promql import Selector
 from tests.fakes.pages import PageServer
+from tests.scenarios.backfill import backfilled
 from tests.scenarios.fleet import Simulation, openmetrics, page
 from tests.scenarios.library import DIAGNOSE_AT, WINDOW, Scenario, scenarios
 from tests.waiting import eventually
@@ -51,10 +51,7 @@ def library(tmp_path_factory) -> Iterator[tuple[str, float]]:
     work = tmp_path_factory.mktemp("scenarios")
     start = time.time() - 62 * 60
     sims = [Simulation(s.instances, {"scenario": s.name}, s.kvscope_extras) for s in SCENARIOS]
-    (work / "library.om").write_text(openmetrics(sims, start, 60))
-    prometheus.backfill(work / "library.om", work / "data")
-    server = prometheus.start(work / "prometheus", {}, storage=work / "data", retention="30d")
-    with running(server, ready_path="/-/ready", timeout=60) as ready:
+    with backfilled(work, openmetrics(sims, start, 60)) as ready:
         yield ready.base_url, start
 
 

@@ -13,9 +13,8 @@ import pytest
 from diagnosis.findings import VOCABULARY
 from diagnosis.report import to_dict
 from diagnosis.run import Request, run
-from drill import prometheus_server as prometheus
-from drill.launcher import running
 from kvscope.promql import Selector
+from tests.scenarios.backfill import backfilled
 from tests.scenarios.fleet import Simulation, openmetrics
 from tests.scenarios.library import scenarios
 from tests.scenarios.reality import DIAGNOSE_AT, Case, cases, names_of, score
@@ -29,10 +28,7 @@ def reality(tmp_path_factory) -> Iterator[tuple[str, float]]:
     work = tmp_path_factory.mktemp("reality")
     start = time.time() - 62 * 60
     sims = [Simulation(c.instances, {"scenario": c.name}, start=start) for c in CASES]
-    (work / "reality.om").write_text(openmetrics(sims, start, 60))
-    prometheus.backfill(work / "reality.om", work / "data")
-    server = prometheus.start(work / "prometheus", {}, storage=work / "data", retention="30d")
-    with running(server, ready_path="/-/ready", timeout=60) as ready:
+    with backfilled(work, openmetrics(sims, start, 60)) as ready:
         yield ready.base_url, start
 
 
@@ -120,12 +116,8 @@ def with_alerts(tmp_path_factory) -> Iterator[tuple[str, float]]:
             )
         )
         lines += [f"ALERTS{{{body}}} 1 {start + m * 60:.3f}" for m in range(since, 58)]
-    (work / "alerts.om").write_text(text.replace("# EOF\n", "\n".join(lines) + "\n# EOF\n"))
-    prometheus.backfill(work / "alerts.om", work / "data")
-    server = prometheus.start(
-        work / "prometheus", {}, storage=work / "data", retention="30d", rule_files=[work / RULES_FILE]
-    )
-    with running(server, ready_path="/-/ready", timeout=60) as ready:
+    series = text.replace("# EOF\n", "\n".join(lines) + "\n# EOF\n")
+    with backfilled(work, series, rule_files=[work / RULES_FILE]) as ready:
         yield ready.base_url, start
 
 

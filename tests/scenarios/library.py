@@ -15,6 +15,30 @@ FAULT_AT = 35.0  # minutes
 DIAGNOSE_AT = 57.0
 WINDOW = "15m"
 HEALTHY = State()
+# seed 000's avalanche on one instance: prompts twice as long at the same request rate
+AVALANCHE = replace(
+    HEALTHY,
+    prompt_median=1600,
+    prompt_p99=6000,
+    kv=0.98,
+    preempt_rate=0.8,
+    waiting=45,
+    running=12,
+    queue=(1.5, 9.0),
+    ttft=(1.8, 12.0),
+    itl=(0.04, 0.3),
+    prefill=(0.3, 2.0),
+)
+# 2 % very long prompts block the short ones
+HOL = replace(
+    HEALTHY,
+    prompt_median=700,
+    prompt_p99=9000,
+    ttft=(0.09, 3.5),
+    itl=(0.025, 0.45),
+    queue=(0.05, 2.5),
+    kv=0.62,
+)
 
 
 @dataclass
@@ -73,23 +97,7 @@ def scenarios() -> list[Scenario]:
             "kv_cache_exhaustion",
             {"vllm-kv-avalanche-2"},
             note="seed 000: the prompt length doubles at the same QPS",
-            instances=_on(
-                "kv-avalanche",
-                2,
-                replace(
-                    s,
-                    prompt_median=1600,
-                    prompt_p99=6000,
-                    kv=0.98,
-                    preempt_rate=0.8,
-                    waiting=45,
-                    running=12,
-                    queue=(1.5, 9.0),
-                    ttft=(1.8, 12.0),
-                    itl=(0.04, 0.3),
-                    prefill=(0.3, 2.0),
-                ),
-            ),
+            instances=_on("kv-avalanche", 2, AVALANCHE),
         ),
         Scenario(
             "legacy-kv",
@@ -108,19 +116,7 @@ def scenarios() -> list[Scenario]:
             "prefill_head_of_line",
             {"vllm-hol-0"},
             note="2 % very long prompts block the short ones",
-            instances=_on(
-                "hol",
-                0,
-                replace(
-                    s,
-                    prompt_median=700,
-                    prompt_p99=9000,
-                    ttft=(0.09, 3.5),
-                    itl=(0.025, 0.45),
-                    queue=(0.05, 2.5),
-                    kv=0.62,
-                ),
-            ),
+            instances=_on("hol", 0, HOL),
         ),
         Scenario(
             "prefill-hol-overloaded",

@@ -17,34 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from tests.scenarios.fleet import Behaviour, Instance, State, after, fleet
+from tests.scenarios.library import AVALANCHE, HOL
 
 DIAGNOSE_AT = 57.0
 WINDOW = "15m"
 H = State()
-
-# what the faults look like, reused
-AVALANCHE = replace(
-    H,
-    prompt_median=1600,
-    prompt_p99=6000,
-    kv=0.98,
-    preempt_rate=0.8,
-    waiting=45,
-    running=12,
-    queue=(1.5, 9.0),
-    ttft=(1.8, 12.0),
-    itl=(0.04, 0.3),
-    prefill=(0.3, 2.0),
-)
-HOL = replace(
-    H,
-    prompt_median=700,
-    prompt_p99=9000,
-    ttft=(0.09, 3.5),
-    itl=(0.025, 0.45),
-    queue=(0.05, 2.5),
-    kv=0.62,
-)
 
 
 @dataclass

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import socket
 import threading
-import time
 from collections.abc import Iterator
 
 import bcrypt
@@ -144,7 +143,7 @@ class _Target:
                     conn.sendall(b"1\r\n#\r\n")
                 except OSError:
                     return
-                time.sleep(0.2)
+                self.stop.wait(0.2)
 
     def close(self) -> None:
         self.stop.set()
