@@ -10,20 +10,20 @@ configuration labels differ, or when a pod serves another model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from diagnosis.checks import Context, View, first, labels_of, value
+from diagnosis.checks import Context, Key, View, first, labels_of, value
 from diagnosis.findings import affected
 from diagnosis.measures import Entity, entity_key
 from kvscope import thresholds as t
 
-# (measure, signal name in `changes`, words for the summary)
-LOAD: tuple[tuple[str, str, str], ...] = (
-    ("request_rate", "request_rate", "requests/s"),
-    ("prompt_mean", "prompt_tokens_mean", "prompts"),
-    ("prompt_p99", "prompt_tokens_p99", "p99 prompt"),
-    ("output_mean", "output_tokens_mean", "outputs"),
-    ("prefix_hit", "prefix_hit_rate", "prefix hit rate"),
+# (measure, the signal's name in `changes`)
+LOAD: tuple[tuple[str, str], ...] = (
+    ("request_rate", "request_rate"),
+    ("prompt_mean", "prompt_tokens_mean"),
+    ("prompt_p99", "prompt_tokens_p99"),
+    ("output_mean", "output_tokens_mean"),
+    ("prefix_hit", "prefix_hit_rate"),
 )
 
 
@@ -36,7 +36,6 @@ class Change:
     at: float | None = None
     where: str = ""  # the scope's name (diagnosis/scopes.py)
     ratio: float = 1.0
-    words: str = field(default="", repr=False)
 
 
 def changes(ctx: Context) -> list[Change]:
@@ -46,25 +45,23 @@ def changes(ctx: Context) -> list[Change]:
     for view in ctx.engines.values():
         labels, where = labels_of(view), ctx.scope(view)
         scope = affected(labels)
-        for name, signal, words in LOAD:
+        for name, signal in LOAD:
             now, past = first(view, name), ctx.before(view, name)
             if now is None or past is None:
                 continue
             a, b = now.value, past.value
             if name == "prefix_hit":
                 if abs(a - b) >= points:
-                    out.append(Change(signal, scope, round(b, 4), round(a, 4), None, where, _ratio(a, b), words))
+                    out.append(Change(signal, scope, round(b, 4), round(a, 4), None, where, _ratio(a, b)))
             elif b > 0 and (a / b >= ratio_limit or a / b <= 1 / ratio_limit):
-                out.append(Change(signal, scope, round(b, 3), round(a, 3), None, where, _ratio(a, b), words))
+                out.append(Change(signal, scope, round(b, 3), round(a, 3), None, where, _ratio(a, b)))
         out += _restarts(ctx, view, scope, where)
         config_now, config_past = (
             _config(view),
             _config(ctx.baseline.get(entity_key(labels_of(view), Entity.ENGINE), {})),
         )
         if config_now and config_past and config_now != config_past:
-            out.append(
-                Change("cache_config", scope, config_past, config_now, None, where, 99.0, "KV-cache configuration")
-            )
+            out.append(Change("cache_config", scope, config_past, config_now, None, where, 99.0))
     out += _models(ctx)
     out.sort(key=lambda c: -abs(c.ratio))
     return out
@@ -88,17 +85,17 @@ def _config(view: View) -> str:
 def _restarts(ctx: Context, view: View, scope: dict[str, str], where: str) -> list[Change]:
     started, past = value(view, "start_time"), ctx.before(view, "start_time")
     if started is not None and past is not None and started > past.value + 1:
-        return [Change("engine_restart", scope, round(past.value), round(started), started, where, 99.0, "restart")]
+        return [Change("engine_restart", scope, round(past.value), round(started), started, where, 99.0)]
     resets = value(view, "restarts") or 0
     if resets >= 1:
-        return [Change("engine_restart", scope, 0, resets, None, where, 99.0, "restart")]
+        return [Change("engine_restart", scope, 0, resets, None, where, 99.0)]
     return []
 
 
 def _models(ctx: Context) -> list[Change]:
     """A pod or instance that served another model in the baseline."""
 
-    def served(views: dict) -> dict[str, set[str]]:
+    def served(views: dict[Key, View]) -> dict[str, set[str]]:
         out: dict[str, set[str]] = {}
         for view in views.values():
             labels = labels_of(view)
@@ -107,23 +104,16 @@ def _models(ctx: Context) -> list[Change]:
                 out.setdefault(where, set()).add(labels["model_name"])
         return out
 
+    scope_of = {
+        labels_of(v).get("pod") or labels_of(v).get("instance") or "": ctx.scope(v) for v in ctx.engines.values()
+    }
     now, past = served(ctx.engines), served(ctx.baseline)
     out = []
     for where, models in now.items():
         before = past.get(where)
         if before and not (models & before):
-            out.append(
-                Change(
-                    "model",
-                    {"pod": where},
-                    ",".join(sorted(before)),
-                    ",".join(sorted(models)),
-                    None,
-                    where,
-                    99.0,
-                    "model",
-                )
-            )
+            was, now_serving = ",".join(sorted(before)), ",".join(sorted(models))
+            out.append(Change("model", {"pod": where}, was, now_serving, None, scope_of.get(where, where), 99.0))
     return out
 
 

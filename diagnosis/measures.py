@@ -423,7 +423,6 @@ BASELINE: tuple[str, ...] = (
     "prompt_mean",
     "prompt_p99",
     "output_mean",
-    "generation_tps",
     "prefix_hit",
     "start_time",
     "cache_config",

@@ -80,7 +80,7 @@ def change_times(
 ) -> None:
     """When each incident's trigger moved: the first step after which its signal stayed past the
     midpoint between its baseline and its window value (set on the trigger and the change)."""
-    measure_of = {signal: name for name, signal, _ in LOAD}
+    measure_of = {signal: name for name, signal in LOAD}
     for incident in incidents:
         trigger = incident.trigger
         if not trigger or trigger.get("at") is not None or trigger["signal"] not in measure_of:
