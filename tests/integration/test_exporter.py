@@ -137,7 +137,7 @@ def test_killing_the_vllm_target_flips_target_up_while_gpu_series_keep_flowing(p
         gpus = {labels["gpu"] for labels, _ in fresh}
         return gpus if gpus >= {"0", "1", "2"} else set()
 
-    eventually(gpus_fresh, what="fresh GPU samples after the target died")
+    assert eventually(gpus_fresh, what="fresh GPU samples after the target died") >= {"0", "1", "2"}
     # the dead target's series go stale in Prometheus once the exporter stops serving them
     eventually(lambda: not prom.query(f"{catalog.VLLM_KV_CACHE_USAGE.name}"), what="the dead target's series gone")
 

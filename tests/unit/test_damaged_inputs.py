@@ -16,12 +16,12 @@ from kvscope.prometheus import MAX_BYTES
 from tests.fakes.pages import PageServer
 
 
-def _one_line_exit_3(capsys, argv: list[str], names: str) -> str:
+def _one_line_exit_3(capsys, argv: list[str]) -> str:
+    """What the user reads: exit 3, one line naming the source (each test checks the name), no traceback."""
     code = main(argv)
     err = capsys.readouterr().err.strip()
     assert code == exitcodes.UNDIAGNOSABLE, err
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    assert names in err, err
     return err
 
 
@@ -42,7 +42,7 @@ def test_a_bundle_cut_anywhere_is_exit_3_in_one_line(tmp_path, capsys, saved):
     cut = tmp_path / "cut.json"
     for end in range(0, len(raw) - 1, max(1, len(raw) // 40)):
         cut.write_bytes(raw[:end])
-        _one_line_exit_3(capsys, ["diagnose", "--bundle", str(cut)], str(cut))
+        assert str(cut) in _one_line_exit_3(capsys, ["diagnose", "--bundle", str(cut)])
 
 
 @pytest.mark.parametrize(
@@ -70,11 +70,11 @@ def test_a_bundle_cut_anywhere_is_exit_3_in_one_line(tmp_path, capsys, saved):
 def test_a_foreign_or_damaged_bundle_is_exit_3_in_one_line(tmp_path, capsys, content):
     path = tmp_path / "bad.json"
     path.write_bytes(content)
-    _one_line_exit_3(capsys, ["diagnose", "--bundle", str(path)], str(path))
+    assert str(path) in _one_line_exit_3(capsys, ["diagnose", "--bundle", str(path)])
 
 
 def test_a_missing_bundle_is_exit_3_in_one_line(tmp_path, capsys):
-    _one_line_exit_3(capsys, ["diagnose", "--bundle", str(tmp_path / "absent.json")], "absent.json")
+    assert "absent.json" in _one_line_exit_3(capsys, ["diagnose", "--bundle", str(tmp_path / "absent.json")])
 
 
 @pytest.mark.parametrize(
@@ -86,7 +86,7 @@ def test_a_prometheus_answer_that_is_not_prometheus_is_exit_3_in_one_line(capsys
     server = PageServer(page)
     base = server.url.removesuffix("/metrics")
     try:
-        _one_line_exit_3(capsys, ["diagnose", "--prometheus", base, "--window", "10m"], base)
+        assert base in _one_line_exit_3(capsys, ["diagnose", "--prometheus", base, "--window", "10m"])
     finally:
         server.close()
 
@@ -94,6 +94,6 @@ def test_a_prometheus_answer_that_is_not_prometheus_is_exit_3_in_one_line(capsys
 def test_a_scrape_target_serving_junk_is_exit_3_in_one_line(capsys):
     server = PageServer("this is { not a metrics page\n")
     try:
-        _one_line_exit_3(capsys, ["diagnose", "--scrape", server.url, "--interval", "1s"], server.url)
+        assert server.url in _one_line_exit_3(capsys, ["diagnose", "--scrape", server.url, "--interval", "1s"])
     finally:
         server.close()
