@@ -9,6 +9,8 @@ from typing import Any
 import yaml
 
 from alerts import definitions as d
+from alerts import engine_faults
+from alerts.definitions import Case
 from alerts.templates import render
 from kvscope import catalog
 from kvscope.config import Config
@@ -67,7 +69,35 @@ def slo_rules(config: Config) -> tuple[dict[str, Any], list[d.Alert]]:
             {"record": catalog.SLO_BUDGET_REMAINING.name, "expr": str(remaining), "labels": {"slo": slo.name}}
         )
         alerts += _burn_alerts(config, slo, fx)
+        if slo.histogram is not None and slo.bound is not None:
+            alerts.append(_bound_alert(config, slo, fx))
     return {"name": "kvscope-slo-recording", "rules": records}, alerts
+
+
+def _bound_alert(config: Config, slo: d.Slo, fx: d.Fixtures) -> d.Alert:
+    """The SLO's bound must be a bucket edge of the data: with --custom-histogram-buckets (or an
+    older vLLM) that lacks it, the good-event rate is empty and the SLO reads as no data."""
+    assert slo.histogram is not None and slo.bound is not None
+    sel = config.engine_selector
+    counted = metric(slo.histogram, sel, "_count").rate("30m").sum(d.SLO_BY).gt(0)
+    edge = metric(slo.histogram, Selector((*sel.matchers, d.le(slo.bound))), "_bucket").rate("30m").sum(d.SLO_BY)
+    count, other_edge = fx.engine(slo.histogram, "_count"), fx.engine(slo.histogram, "_bucket", le="+Inf")
+    own_edge = fx.engine(slo.histogram, "_bucket", le=repr(float(slo.bound)))
+    labels = {k: v for k, v in fx.engine_labels.items() if k in d.SLO_BY}
+    return d.Alert(
+        f"KvscopeSLO{slo.name.capitalize()}BoundNotABucket",
+        str(counted.unless(edge, on=d.SLO_BY)),
+        "warning",
+        f"The {slo.name} SLO's bound is not a bucket edge of the data.",
+        f"{{{{ $labels.namespace }}}}/{{{{ $labels.model_name }}}} writes {slo.histogram.name} without a bucket "
+        f"at {slo.bound:g} s (custom buckets, or another vLLM): the {slo.name} SLO cannot be measured. Set "
+        f"slo.{slo.name}.seconds to one of its edges, or add the edge with --custom-histogram-buckets.",
+        fires=Case({count: d.per_minute(1), other_edge: d.per_minute(1)}, "40m", labels, 1.0, lead=0),
+        silent=Case({count: d.per_minute(1), other_edge: d.per_minute(1), own_edge: d.per_minute(1)}, "40m"),
+        for_="10m",
+        diagnose_scope="",
+        group="kvscope-slo",
+    )
 
 
 def _burn_alerts(config: Config, slo: d.Slo, fx: d.Fixtures) -> list[d.Alert]:
@@ -140,8 +170,8 @@ def build_rules(
     groups = [recording]
     everything = []
     for group, alerts in (
-        ("kvscope-engine", d.engine_alerts(config)),
-        ("kvscope-gpu", d.gpu_alerts(config)),
+        ("kvscope-engine", [*d.engine_alerts(config), *engine_faults.engine_alerts(config)]),
+        ("kvscope-gpu", [*d.gpu_alerts(config), *engine_faults.gpu_alerts(config)]),
         ("kvscope-slo", slo_alerts),
     ):
         groups.append({"name": group, "rules": [_rule(a, runbook_base) for a in alerts]})

@@ -22,12 +22,15 @@ from kvscope import catalog as c
 from kvscope import thresholds as t
 from kvscope.config import Config
 from kvscope.durations import parse_duration
-from kvscope.promql import Expr, Matcher, Selector, metric, quantile, regex_any
+from kvscope.promql import Expr, Matcher, Selector, le, metric, quantile, regex_any
 from kvscope.thresholds import Threshold
 from kvscope.xid_catalog import CATALOG, Bucket, codes
 
 ENGINE = ("namespace", "pod", "instance", "target", "model_name")
-GPU_BY = ("instance", "Hostname", "gpu")
+# both host spellings (dcgm-exporter renamed Hostname to hostname): grouping by an absent label
+# is a no-op, so one rule serves old and new exporters
+GPU_BY = ("instance", *c.DCGM_HOST_LABELS, "gpu")
+HOST = "".join(f"{{{{ $labels.{label} }}}}" for label in c.DCGM_HOST_LABELS)  # whichever is set
 # what slows requests down: the incidents a latency or queue alert can be a symptom of
 LATENCY = (
     "kv_cache_exhaustion",
@@ -46,7 +49,7 @@ RUNBOOK_BASE = "https://github.com/kvscope/kvscope/blob/main/docs/runbooks.md"
 
 # The test fixtures: one engine and one GPU, labelled as real exporters label them.
 E_LABELS = {"namespace": "prod", "pod": "vllm-0", "instance": "10.0.0.1:8000", "model_name": "m"}
-G_LABELS = {"instance": "node-1:9400", "Hostname": "node-1", "gpu": "3", "UUID": "GPU-3"}
+G_LABELS = {"instance": "node-1:9400", c.DCGM_HOST_LABELS[0]: "node-1", "gpu": "3", "UUID": "GPU-3"}
 
 
 @dataclass(frozen=True)
@@ -201,11 +204,11 @@ def _minutes(text: str) -> int:
 POINTS = 150  # samples per generated series: enough for a lead, a `for:` of up to an hour, and more
 
 
-def _const(value: float, points: int = POINTS) -> str:
+def const(value: float, points: int = POINTS) -> str:
     return f"{value:.12g}x{points}"
 
 
-def _per_minute(rate: float, points: int = POINTS) -> str:
+def per_minute(rate: float, points: int = POINTS) -> str:
     """A counter growing `rate` per second, sampled every minute."""
     return f"0+{rate * 60:.12g}x{points}"
 
@@ -232,11 +235,11 @@ def _histogram_case(fx: Fixtures, signal: c.Signal, limit: float, fires: bool) -
     above, below = _bucket_around(signal, limit)
     lo, hi = above if fires else below
     series = {
-        fx.engine(signal, "_bucket", le=_le(hi)): _per_minute(1 / 6),
-        fx.engine(signal, "_bucket", le="+Inf"): _per_minute(1 / 6),
+        fx.engine(signal, "_bucket", le=_le(hi)): per_minute(1 / 6),
+        fx.engine(signal, "_bucket", le="+Inf"): per_minute(1 / 6),
     }
     if lo > 0:
-        series[fx.engine(signal, "_bucket", le=_le(lo))] = _const(0)
+        series[fx.engine(signal, "_bucket", le=_le(lo))] = const(0)
     return series, lo + (hi - lo) * 0.99
 
 
@@ -285,9 +288,9 @@ def _engine_alerts(config: Config) -> list[Alert]:
             "the next burst of long prompts starts preemptions.",
             explained_by=("kv_cache_exhaustion", "load_imbalance"),
             fires=Case(
-                {fx.engine(c.VLLM_KV_CACHE_USAGE): _const(_above(kv_warn))}, "5m", fx.engine_labels, _above(kv_warn)
+                {fx.engine(c.VLLM_KV_CACHE_USAGE): const(_above(kv_warn))}, "5m", fx.engine_labels, _above(kv_warn)
             ),
-            silent=Case({fx.engine(c.VLLM_KV_CACHE_USAGE): _const(_below(kv_warn))}, "5m"),
+            silent=Case({fx.engine(c.VLLM_KV_CACHE_USAGE): const(_below(kv_warn))}, "5m"),
             for_=kv_warn.for_,
         ),
         Alert(
@@ -300,8 +303,8 @@ def _engine_alerts(config: Config) -> list[Alert]:
             explained_by=("kv_cache_exhaustion", "load_imbalance"),
             fires=Case(
                 {
-                    fx.engine(c.VLLM_KV_CACHE_USAGE): _const(kv_full),
-                    fx.engine(c.VLLM_NUM_PREEMPTIONS): _per_minute(0.05),
+                    fx.engine(c.VLLM_KV_CACHE_USAGE): const(kv_full),
+                    fx.engine(c.VLLM_NUM_PREEMPTIONS): per_minute(0.05),
                 },
                 "4m",
                 fx.engine_labels,
@@ -309,7 +312,7 @@ def _engine_alerts(config: Config) -> list[Alert]:
                 lead=5,
             ),
             silent=Case(
-                {fx.engine(c.VLLM_KV_CACHE_USAGE): _const(kv_full), fx.engine(c.VLLM_NUM_PREEMPTIONS): _const(0)}, "4m"
+                {fx.engine(c.VLLM_KV_CACHE_USAGE): const(kv_full), fx.engine(c.VLLM_NUM_PREEMPTIONS): const(0)}, "4m"
             ),
             for_=kv_crit.for_,
         ),
@@ -322,13 +325,13 @@ def _engine_alerts(config: Config) -> list[Alert]:
             "the KV pool is too small for the running set.",
             explained_by=("kv_cache_exhaustion", "load_imbalance"),
             fires=Case(
-                {fx.engine(c.VLLM_NUM_PREEMPTIONS): _per_minute(2 * pre.value)},
+                {fx.engine(c.VLLM_NUM_PREEMPTIONS): per_minute(2 * pre.value)},
                 "10m",
                 fx.engine_labels,
                 2 * pre.value,
                 lead=5,
             ),
-            silent=Case({fx.engine(c.VLLM_NUM_PREEMPTIONS): _per_minute(0.8 * pre.value)}, "10m"),
+            silent=Case({fx.engine(c.VLLM_NUM_PREEMPTIONS): per_minute(0.8 * pre.value)}, "10m"),
             for_=pre.for_,
         ),
         Alert(
@@ -339,12 +342,12 @@ def _engine_alerts(config: Config) -> list[Alert]:
             '{{ $labels.instance }} has {{ $value | printf "%.3g" }} requests waiting (seed 002: add capacity).',
             explained_by=LATENCY,
             fires=Case(
-                {fx.engine(c.VLLM_REQUESTS_WAITING): _const(math.ceil(1.5 * backlog.value))},
+                {fx.engine(c.VLLM_REQUESTS_WAITING): const(math.ceil(1.5 * backlog.value))},
                 "3m",
                 fx.engine_labels,
                 math.ceil(1.5 * backlog.value),
             ),
-            silent=Case({fx.engine(c.VLLM_REQUESTS_WAITING): _const(backlog.value)}, "3m"),
+            silent=Case({fx.engine(c.VLLM_REQUESTS_WAITING): const(backlog.value)}, "3m"),
             for_=backlog.for_,
         ),
         Alert(
@@ -411,8 +414,8 @@ def _engine_alerts(config: Config) -> list[Alert]:
             explained_by=("gpu_hardware_fault", "gpu_memory_pressure", "kv_cache_exhaustion", "capacity_saturation"),
             fires=Case(
                 {
-                    fx.engine(success, finished_reason="length"): _per_minute(100 * (1 - bad_share) / 60),
-                    fx.engine(success, finished_reason="error"): _per_minute(100 * bad_share / 60),
+                    fx.engine(success, finished_reason="length"): per_minute(100 * (1 - bad_share) / 60),
+                    fx.engine(success, finished_reason="error"): per_minute(100 * bad_share / 60),
                 },
                 "10m",
                 fx.engine_labels,
@@ -421,8 +424,8 @@ def _engine_alerts(config: Config) -> list[Alert]:
             ),
             silent=Case(
                 {
-                    fx.engine(success, finished_reason="length"): _per_minute(100 * (1 - ok_share) / 60),
-                    fx.engine(success, finished_reason="error"): _per_minute(100 * ok_share / 60),
+                    fx.engine(success, finished_reason="length"): per_minute(100 * (1 - ok_share) / 60),
+                    fx.engine(success, finished_reason="error"): per_minute(100 * ok_share / 60),
                 },
                 "10m",
             ),
@@ -436,21 +439,13 @@ def _engine_alerts(config: Config) -> list[Alert]:
             "kvscope export on {{ $labels.instance }} cannot scrape {{ $labels.target }}: its engine metrics are gone.",
             explained_by=(),
             fires=Case(
-                {
-                    _series(c.TARGET_UP, {"instance": "node-1:9400", "target": "http://10.0.0.1:8000/metrics"}): _const(
-                        0
-                    )
-                },
+                {_series(c.TARGET_UP, {"instance": "node-1:9400", "target": "http://10.0.0.1:8000/metrics"}): const(0)},
                 "2m",
                 {"instance": "node-1:9400", "target": "http://10.0.0.1:8000/metrics"},
                 0,
             ),
             silent=Case(
-                {
-                    _series(c.TARGET_UP, {"instance": "node-1:9400", "target": "http://10.0.0.1:8000/metrics"}): _const(
-                        1
-                    )
-                },
+                {_series(c.TARGET_UP, {"instance": "node-1:9400", "target": "http://10.0.0.1:8000/metrics"}): const(1)},
                 "2m",
             ),
             for_=lim[t.TARGET_DOWN_FOR].for_,
@@ -465,13 +460,13 @@ def _engine_alerts(config: Config) -> list[Alert]:
             "its series are missing.",
             explained_by=(),
             fires=Case(
-                {_series(c.EXPORTER_COLLECTOR_SUCCESS, {"instance": "node-1:9400", "collector": "nvml"}): _const(0)},
+                {_series(c.EXPORTER_COLLECTOR_SUCCESS, {"instance": "node-1:9400", "collector": "nvml"}): const(0)},
                 "5m",
                 {"instance": "node-1:9400", "collector": "nvml"},
                 0,
             ),
             silent=Case(
-                {_series(c.EXPORTER_COLLECTOR_SUCCESS, {"instance": "node-1:9400", "collector": "nvml"}): _const(1)},
+                {_series(c.EXPORTER_COLLECTOR_SUCCESS, {"instance": "node-1:9400", "collector": "nvml"}): const(1)},
                 "5m",
             ),
             for_="5m",
@@ -508,7 +503,7 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             str(expr),
             severity,
             f"GPU XID error: {what}.",
-            "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} reported XID {{ $labels.xid }} "
+            "GPU {{ $labels.gpu }} on " + HOST + " reported XID {{ $labels.xid }} "
             f'({what}) {{{{ $value | printf "%.3g" }}}} time(s) in 5 minutes; '
             "see the XID table on the GPU fleet dashboard.",
             explained_by=("gpu_hardware_fault",),
@@ -559,16 +554,16 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             str(memory),
             "critical",
             "GPU memory used beyond the engine's budget: near OOM.",
-            "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} is {{ $value | humanizePercentage }} full: vLLM reserves "
+            "GPU {{ $labels.gpu }} on " + HOST + " is {{ $value | humanizePercentage }} full: vLLM reserves "
             "its share up front, so this is more than the engine took (a leak or another process); CUDA OOM is near.",
             explained_by=("gpu_memory_pressure",),
             fires=Case(
-                {fx.gpu(c.DCGM_FB_USED): _const(hot_use), fx.gpu(c.DCGM_FB_FREE): _const(card - hot_use)},
+                {fx.gpu(c.DCGM_FB_USED): const(hot_use), fx.gpu(c.DCGM_FB_FREE): const(card - hot_use)},
                 "2m",
                 fx.gpu_labels(*GPU_BY),
                 hot_use / card,
             ),
-            silent=Case({fx.gpu(c.DCGM_FB_USED): _const(ok_use), fx.gpu(c.DCGM_FB_FREE): _const(card - ok_use)}, "2m"),
+            silent=Case({fx.gpu(c.DCGM_FB_USED): const(ok_use), fx.gpu(c.DCGM_FB_FREE): const(card - ok_use)}, "2m"),
             more=(_budget_case(fx, over.value, card),),
             for_=full.for_,
             diagnose_scope="",
@@ -579,12 +574,12 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             str(util.lt(floor.value)),
             "info",
             "GPU mostly idle.",
-            "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} has been "
+            "GPU {{ $labels.gpu }} on " + HOST + " has been "
             '{{ $value | printf "%.3g" }} % busy for 10 minutes '
             "(seed 002: consolidate or scale down).",
             explained_by=("gpu_underutilized",),
-            fires=Case({fx.gpu(c.DCGM_GPU_UTIL): _const(floor.value / 2)}, "10m", fx.gpu_labels(), floor.value / 2),
-            silent=Case({fx.gpu(c.DCGM_GPU_UTIL): _const(floor.value)}, "10m"),
+            fires=Case({fx.gpu(c.DCGM_GPU_UTIL): const(floor.value / 2)}, "10m", fx.gpu_labels(), floor.value / 2),
+            silent=Case({fx.gpu(c.DCGM_GPU_UTIL): const(floor.value)}, "10m"),
             for_=floor.for_,
             diagnose_scope="",
             group="kvscope-gpu",
@@ -602,7 +597,7 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             ),
             "critical",
             "GPU XID error reported by dcgm-exporter.",
-            "dcgm-exporter's last-XID value on GPU {{ $labels.gpu }} of {{ $labels.Hostname }} changed in the last "
+            "dcgm-exporter's last-XID value on GPU {{ $labels.gpu }} of " + HOST + " changed in the last "
             "5 minutes (seed 002: XIDs are hardware faults). The gauge is sticky, so only changes count.",
             explained_by=("gpu_hardware_fault",),
             fires=Case({fx.gpu(c.DCGM_XID_ERRORS): "0 0 0 79 79 79"}, "4m", fx.gpu_labels(*GPU_BY), 79),
@@ -615,8 +610,7 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             str(metric(c.DCGM_ROW_REMAP_FAILURE, sel).gt(0)),
             "critical",
             "GPU row remap failed.",
-            "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} failed to remap a row of HBM: reset the GPU and "
-            "contact support.",
+            "GPU {{ $labels.gpu }} on " + HOST + " failed to remap a row of HBM: reset the GPU and contact support.",
             explained_by=("gpu_hardware_fault",),
             fires=Case({fx.gpu(c.DCGM_ROW_REMAP_FAILURE): "0 1 1"}, "2m", fx.gpu_labels(), 1),
             silent=Case({fx.gpu(c.DCGM_ROW_REMAP_FAILURE): "0 0 0"}, "2m"),
@@ -633,8 +627,8 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             explained_by=("thermal_power_throttling",),
             fires=Case(
                 {
-                    fx.gpu(c.GPU_CLOCK_EVENT_ACTIVE, reason="sw_thermal_slowdown"): _const(1),
-                    fx.gpu(c.DCGM_GPU_UTIL): _const(min(100.0, 2 * floor.value + 50)),
+                    fx.gpu(c.GPU_CLOCK_EVENT_ACTIVE, reason="sw_thermal_slowdown"): const(1),
+                    fx.gpu(c.DCGM_GPU_UTIL): const(min(100.0, 2 * floor.value + 50)),
                 },
                 "10m",
                 {"instance": "node-1:9400", "gpu": "3"},
@@ -642,8 +636,8 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             ),
             silent=Case(
                 {
-                    fx.gpu(c.GPU_CLOCK_EVENT_ACTIVE, reason="sw_thermal_slowdown"): _const(1),
-                    fx.gpu(c.DCGM_GPU_UTIL): _const(floor.value / 4),
+                    fx.gpu(c.GPU_CLOCK_EVENT_ACTIVE, reason="sw_thermal_slowdown"): const(1),
+                    fx.gpu(c.DCGM_GPU_UTIL): const(floor.value / 4),
                 },
                 "10m",
             ),
@@ -656,13 +650,13 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             str(metric(c.DCGM_GPU_TEMP, sel).ge(temp_limit.value)),
             "warning",
             "GPU running hot.",
-            'GPU {{ $labels.gpu }} on {{ $labels.Hostname }} is at {{ $value | printf "%.3g" }} C: it slows its clocks '
+            "GPU {{ $labels.gpu }} on " + HOST + ' is at {{ $value | printf "%.3g" }} C: it slows its clocks '
             "near its slowdown temperature.",
             explained_by=("thermal_power_throttling",),
             fires=Case(
-                {fx.gpu(c.DCGM_GPU_TEMP): _const(temp_limit.value + 5)}, "5m", fx.gpu_labels(), temp_limit.value + 5
+                {fx.gpu(c.DCGM_GPU_TEMP): const(temp_limit.value + 5)}, "5m", fx.gpu_labels(), temp_limit.value + 5
             ),
-            silent=Case({fx.gpu(c.DCGM_GPU_TEMP): _const(temp_limit.value - 1)}, "5m"),
+            silent=Case({fx.gpu(c.DCGM_GPU_TEMP): const(temp_limit.value - 1)}, "5m"),
             for_="5m",
             diagnose_scope="",
             group="kvscope-gpu",
@@ -672,7 +666,7 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             str(degraded),
             "warning",
             "GPU PCIe link degraded.",
-            "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} runs its PCIe link below its generation or width: "
+            "GPU {{ $labels.gpu }} on " + HOST + " runs its PCIe link below its generation or width: "
             "reseat or replace the card or riser.",
             explained_by=("pcie_bottleneck",),
             fires=Case(_link(fx, 3, 16), "5m", fx.gpu_labels(), 3),
@@ -705,17 +699,17 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             str(metric(c.DCGM_PCIE_REPLAY, sel).rate("5m").gt(replays.value)),
             "warning",
             "GPU PCIe link is retrying.",
-            'GPU {{ $labels.gpu }} on {{ $labels.Hostname }} replays {{ $value | printf "%.3g" }} PCIe packets per '
+            "GPU {{ $labels.gpu }} on " + HOST + ' replays {{ $value | printf "%.3g" }} PCIe packets per '
             "second: the link is failing.",
             explained_by=("pcie_bottleneck",),
             fires=Case(
-                {fx.gpu(c.DCGM_PCIE_REPLAY): _per_minute(2 * replays.value)},
+                {fx.gpu(c.DCGM_PCIE_REPLAY): per_minute(2 * replays.value)},
                 "10m",
                 fx.gpu_labels(),
                 2 * replays.value,
                 lead=5,
             ),
-            silent=Case({fx.gpu(c.DCGM_PCIE_REPLAY): _per_minute(replays.value / 2)}, "10m"),
+            silent=Case({fx.gpu(c.DCGM_PCIE_REPLAY): per_minute(replays.value / 2)}, "10m"),
             for_="5m",
             diagnose_scope="",
             group="kvscope-gpu",
@@ -743,29 +737,29 @@ def _budget_case(fx: Fixtures, over: float, card: float) -> Case:
         },
     )
     series = {
-        fx.gpu(c.DCGM_FB_USED): _const(used),
-        fx.gpu(c.DCGM_FB_FREE): _const(card - used),
-        budget_series: _const(budget),
+        fx.gpu(c.DCGM_FB_USED): const(used),
+        fx.gpu(c.DCGM_FB_FREE): const(card - used),
+        budget_series: const(budget),
     }
     return Case(series, "3m", fx.gpu_labels(*GPU_BY), used / card)
 
 
 def _link(fx: Fixtures, gen: int, width: int) -> dict[str, str]:
     return {
-        fx.gpu(c.DCGM_PCIE_LINK_GEN): _const(gen),
-        fx.gpu(c.DCGM_PCIE_MAX_LINK_GEN): _const(5),
-        fx.gpu(c.DCGM_PCIE_LINK_WIDTH): _const(width),
-        fx.gpu(c.DCGM_PCIE_MAX_LINK_WIDTH): _const(16),
+        fx.gpu(c.DCGM_PCIE_LINK_GEN): const(gen),
+        fx.gpu(c.DCGM_PCIE_MAX_LINK_GEN): const(5),
+        fx.gpu(c.DCGM_PCIE_LINK_WIDTH): const(width),
+        fx.gpu(c.DCGM_PCIE_MAX_LINK_WIDTH): const(16),
     }
 
 
 def _pcie(fx: Fixtures, rx: float, capacity: float) -> dict[str, str]:
     return {
-        fx.gpu(c.DCGM_PCIE_TX_BYTES): _const(rx / 4),
-        fx.gpu(c.DCGM_PCIE_RX_BYTES): _const(rx),
+        fx.gpu(c.DCGM_PCIE_TX_BYTES): const(rx / 4),
+        fx.gpu(c.DCGM_PCIE_RX_BYTES): const(rx),
         _series(
             c.GPU_PCIE_LINK_CAPACITY, {"instance": "node-1:9400", "gpu": "3", "UUID": "GPU-3", **fx.gpu_extra}
-        ): _const(capacity),
+        ): const(capacity),
     }
 
 
@@ -790,11 +784,6 @@ class Slo:
 
 
 SLO_BY = ("namespace", "model_name")
-
-
-def le(bound: float) -> Matcher:
-    """`le` for a bucket bound, as prometheus_client (5.0) or an older exporter (5) wrote it."""
-    return Matcher("le", "=~", regex_any(sorted({repr(float(bound)), f"{bound:g}"})))
 
 
 def slos(config: Config) -> list[Slo]:

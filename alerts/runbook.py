@@ -131,6 +131,49 @@ GUIDE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         (f"lspci -vv link status; {catalog.DCGM_PCIE_REPLAY.name} history.",),
         ("Reseat or replace the card or riser.",),
     ),
+    "VLLMAdmissionRejections": (
+        (
+            f"Which reason ({catalog.VLLM_ADMISSION_REJECTIONS.name} by reason): the request or the token cap?",
+            "Is the queue long because KV is full (then the KV alerts' fixes) or because load outgrew the replicas?",
+        ),
+        (
+            "Add replicas; raise --max-num-queued-reqs / --max-num-queued-tokens only if the queue time allows.",
+            "Shed or delay low tiers at the gateway before vLLM refuses everyone alike.",
+        ),
+    ),
+    "VLLMCorruptedRequests": (
+        (
+            "Which model, quantisation and kernel backend? A recent upgrade?",
+            "XIDs, ECC errors or a failing DCGM health watch on the engine's GPUs?",
+        ),
+        (
+            "Take the replica out of rotation; rerun the prompts on another GPU to tell the GPU from the model.",
+            "Roll back the model, quantisation or vLLM version that started it.",
+        ),
+    ),
+    "VLLMKVTransferFailures": (
+        (
+            "NIXL (prefill/decode disaggregation) or the offload tier (allocation failures: it is full)?",
+            f"{catalog.VLLM_NIXL_EXPIRED_REQUESTS.name}: is the decode side too slow to fetch in time?",
+        ),
+        ("Offload: grow the tier or lower what is stored; NIXL: check the RDMA/NVLink path and the lease timeout.",),
+    ),
+    "GPUHealthWatchFailed": (
+        ("Which watch and error code (labels)?", "dcgmi health --check -g <group>; dcgmi diag -r 2 on the GPU."),
+        ("Drain the GPU (cordon the node), follow the DCGM_FR_* code's action, then reset or replace.",),
+    ),
+    "GPUHealthWatchWarning": (
+        ("Which watch and error code (labels)? Trending towards fail?",),
+        ("Plan maintenance; dcgmi diag -r 1 at the next drain.",),
+    ),
+    "KvscopeSLOTtftBoundNotABucket": (
+        ("Which vLLM version and --custom-histogram-buckets does the engine run with?",),
+        ("Set slo.ttft.seconds to an edge of the data, or add the edge to the time_to_first_token family.",),
+    ),
+    "KvscopeSLOItlBoundNotABucket": (
+        ("Which vLLM version and --custom-histogram-buckets does the engine run with?",),
+        ("Set slo.itl.seconds to an edge of the data, or add the edge to the inter_token_latency family.",),
+    ),
 }
 SLO_GUIDE = (
     (

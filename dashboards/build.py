@@ -13,228 +13,32 @@ queries fall back to legacy vLLM names with `or` so plain vLLM + dcgm-exporter f
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from grafana_foundation_sdk.builders import dashboard as db
-from grafana_foundation_sdk.builders import heatmap, prometheus, stat, table, text, timeseries
+from grafana_foundation_sdk.builders import text
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
-from grafana_foundation_sdk.models import common
-from grafana_foundation_sdk.models import dashboard as model
 from grafana_foundation_sdk.models import text as text_model
-from grafana_foundation_sdk.models.dashboard import DataSourceRef
-from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
+from dashboards.engines import engines
+from dashboards.panels import (
+    G_BY,
+    HOST,
+    RATE,
+    Board,
+    Scope,
+    _engine_variables,
+    _gpu_variables,
+    _variables,
+    hm,
+    st,
+    tbl,
+    ts,
+)
 from kvscope import catalog as c
 from kvscope import thresholds as t
 from kvscope.config import Config
-from kvscope.promql import ANY, Expr, Matcher, Selector, label_values, metric, quantile
-from kvscope.thresholds import Threshold, Thresholds
-
-DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
-E_BY = ("namespace", "instance", "pod", "target")
-G_BY = ("Hostname", "gpu")
-RATE = "$__rate_interval"
-
-
-def _variables(labels: dict[str, str]) -> Selector:
-    """label=~"$variable" for each label (Grafana's multi-value variables)."""
-    return Selector(tuple(Matcher(label, "=~", f"${variable}") for label, variable in labels.items()))
-
-
-@dataclass(frozen=True)
-class Scope:
-    """The selectors every panel's query carries: the board's variables and kvscope.yaml's."""
-
-    engine: Selector
-    gpu: Selector
-    limits: Thresholds
-    own_engine: Selector = ANY  # kvscope.yaml's engine selector alone (gateway, cache series)
-    own_gpu: Selector = ANY  # ... and its GPU selector (kvscope export's own GPU series)
-
-    @classmethod
-    def of(cls, config: Config) -> Scope:
-        engine = config.engine_selector & _variables(
-            {"namespace": "namespace", "instance": "instance", "model_name": "model_name"}
-        )
-        gpu = config.gpu_selector & _variables({"Hostname": "hostname", "gpu": "gpu"})
-        return cls(engine, gpu, config.thresholds, config.engine_selector, config.gpu_selector)
-
-    def ke(self, signal: c.Signal, extra: Selector | None = None) -> Expr:
-        """A kvscope serve series (no model_name to filter by): the config's engine selector."""
-        return metric(signal, self.own_engine & (extra or Selector()))
-
-    def kg(self, signal: c.Signal, extra: Selector | None = None) -> Expr:
-        """A kvscope export GPU series (labelled gpu, not Hostname): the config's GPU selector."""
-        return metric(signal, self.own_gpu & (extra or Selector()))
-
-    def line(self, threshold: Threshold) -> Threshold:
-        """The effective threshold for a red line."""
-        return self.limits[threshold]
-
-    def e(self, signal: c.Signal, extra: Selector | None = None, suffix: str = "") -> Expr:
-        return metric(signal, self.engine & (extra or Selector()), suffix)
-
-    def g(self, signal: c.Signal, suffix: str = "") -> Expr:
-        return metric(signal, self.gpu, suffix)
-
-    def engine_gauge(self, signal: c.Signal, agg: str = "max") -> Expr:
-        """Per-instance gauge, current name first and legacy names after."""
-        return self.e(signal).aggregate(agg, E_BY)
-
-    def engine_rate(self, signal: c.Signal, extra: Selector | None = None, by: tuple[str, ...] = E_BY) -> Expr:
-        return self.e(signal, extra).rate(RATE).sum(by)
-
-    def quantile(
-        self, q: float, signal: c.Signal, by: tuple[str, ...] = E_BY, selector: Selector | None = None
-    ) -> Expr:
-        return quantile(q, signal, window=RATE, by=by, selector=self.engine if selector is None else selector)
-
-
-@dataclass
-class Board:
-    """Accumulates panels with unique ids; `add` places them on the 24-column grid."""
-
-    title: str
-    uid: str
-    description: str
-    tags: list[str]
-    builder: Any = None
-    next_id: int = 1
-    variables: list[str] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.builder = (
-            db.Dashboard(self.title)
-            .uid(self.uid)
-            .description(self.description)
-            .tags(["kvscope", *self.tags])
-            .refresh("30s")
-            .time("now-1h", "now")
-            .timezone("browser")
-            .editable()
-            .tooltip(model.DashboardCursorSync.CROSSHAIR)
-        )
-        self.builder.with_variable(db.DatasourceVariable("datasource").label("Data source").type("prometheus"))
-
-    def query_variable(self, name: str, label: str, query: str) -> Board:
-        self.builder.with_variable(
-            db.QueryVariable(name)
-            .label(label)
-            .datasource(DS)
-            .query(query)
-            .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
-            .include_all(True)
-            .all_value(".*")
-            .multi(True)
-            .current(model.VariableOption(selected=True, text="All", value="$__all"))
-        )
-        self.variables.append(name)
-        return self
-
-    def row(self, title: str) -> Board:
-        self.builder.with_row(db.Row(title).id(self._id()))
-        return self
-
-    def _id(self) -> int:
-        self.next_id += 1
-        return self.next_id - 1
-
-    def add(self, panel: Any, span: int = 12, height: int = 8) -> Board:
-        self.builder.with_panel(panel.id(self._id()).span(span).height(height).datasource(DS))
-        return self
-
-    def build(self) -> model.Dashboard:
-        return self.builder.build()
-
-
-Query = tuple[Expr | str, str]  # (expression, legend)
-
-
-def _targets(panel: Any, queries: Sequence[Query], instant: bool = False, fmt: PromQueryFormat | None = None) -> Any:
-    for i, (expr, legend) in enumerate(queries):
-        q = prometheus.Dataquery().expr(str(expr)).legend_format(legend).ref_id(chr(ord("A") + i))
-        if instant:
-            q = q.instant()
-        if fmt:
-            q = q.format(fmt)
-        panel = panel.with_target(q)
-    return panel
-
-
-def _thresholds(lines: Sequence[tuple[Threshold | float, str]], base: str = "green") -> Any:
-    steps = [model.Threshold(value=None, color=base)]
-    steps += [
-        model.Threshold(value=line.value if isinstance(line, Threshold) else line, color=color) for line, color in lines
-    ]
-    return db.ThresholdsConfig().mode(model.ThresholdsMode.ABSOLUTE).steps(steps)
-
-
-def ts(
-    title: str,
-    unit: str,
-    queries: Sequence[Query],
-    description: str = "",
-    lines: Sequence[tuple[Threshold | float, str]] = (),
-    stack: bool = False,
-) -> Any:
-    """A time series panel; `lines` are drawn as threshold lines (the alerts' and diagnosis' limits)."""
-    panel = timeseries.Panel().title(title).description(description).unit(unit).fill_opacity(10).line_width(1)
-    panel = panel.thresholds(_thresholds(lines))
-    if lines:
-        panel = panel.thresholds_style(_line_style())
-    if stack:
-        panel = panel.stacking(_stacking())
-    return _targets(panel, queries)
-
-
-def _line_style() -> Any:
-    from grafana_foundation_sdk.builders import common as common_builders
-
-    return common_builders.GraphThresholdsStyleConfig().mode(common.GraphThresholdsStyleMode.LINE)
-
-
-def _stacking() -> Any:
-    from grafana_foundation_sdk.builders import common as common_builders
-
-    return common_builders.StackingConfig().mode(common.StackingMode.NORMAL)
-
-
-def st(
-    title: str, unit: str, expr: Expr, description: str = "", lines: Sequence[tuple[Threshold | float, str]] = ()
-) -> Any:
-    panel = stat.Panel().title(title).description(description).unit(unit).thresholds(_thresholds(lines))
-    return _targets(panel, [(expr, "")])
-
-
-def tbl(title: str, queries: Sequence[Query], description: str = "", unit: str = "short") -> Any:
-    panel = table.Panel().title(title).description(description).unit(unit).thresholds(_thresholds(()))
-    return _targets(panel, queries, instant=True, fmt=PromQueryFormat.TABLE)
-
-
-def hm(title: str, expr: Expr, description: str = "", unit: str = "short") -> Any:
-    panel = heatmap.Panel().title(title).description(description).unit(unit).thresholds(_thresholds(()))
-    return _targets(panel, [(expr, "{{le}}")], fmt=PromQueryFormat.HEATMAP)
-
-
-def _engine_variables(board: Board) -> Board:
-    running = metric(c.VLLM_REQUESTS_RUNNING)
-    in_namespace = metric(c.VLLM_REQUESTS_RUNNING, _variables({"namespace": "namespace"}))
-    return (
-        board.query_variable("namespace", "Namespace", label_values(running, "namespace"))
-        .query_variable("instance", "Instance / pod", label_values(in_namespace, "instance"))
-        .query_variable("model_name", "Model", label_values(running, "model_name"))
-    )
-
-
-def _gpu_variables(board: Board) -> Board:
-    util = metric(c.DCGM_GPU_UTIL)
-    on_host = metric(c.DCGM_GPU_UTIL, _variables({"Hostname": "hostname"}))
-    return board.query_variable("hostname", "Node", label_values(util, "Hostname")).query_variable(
-        "gpu", "GPU", label_values(on_host, "gpu")
-    )
+from kvscope.promql import Expr, Matcher, Selector, label_values, le, metric, quantile, vector
 
 
 def overview(sc: Scope) -> Board:
@@ -246,7 +50,7 @@ def overview(sc: Scope) -> Board:
             ["vllm"],
         )
     )
-    _gpu_variables(b)
+    _gpu_variables(b, sc.host)
     kv = sc.engine_gauge(c.VLLM_KV_CACHE_USAGE)
     kv_lines = [(sc.line(t.KV_USAGE_WARNING), "orange"), (sc.line(t.KV_USAGE_CRITICAL), "red")]
     b.row("KV cache")
@@ -261,6 +65,7 @@ def overview(sc: Scope) -> Board:
         span=6,
     )
     b.add(ts("KV-cache usage per instance", "percentunit", [(kv, "{{instance}} {{pod}}")], lines=kv_lines), span=18)
+    _slo_tiles(b, sc)
     b.row("Business")
     b.add(
         ts(
@@ -358,16 +163,18 @@ def overview(sc: Scope) -> Board:
     b.add(ts("End-to-end latency p99", "s", [(sc.quantile(0.99, c.VLLM_E2E_LATENCY), "{{instance}}")]), span=8)
     b.add(
         ts(
-            "Queue, prefill and decode time p99 (ms buckets)",
+            "Queue, prefill and decode time p99",
             "s",
             [
                 (sc.quantile(0.99, c.REQUEST_QUEUE_SECONDS), "queue {{instance}}"),
-                (sc.quantile(0.99, c.REQUEST_PREFILL_SECONDS), "prefill {{instance}}"),
-                (sc.quantile(0.99, c.REQUEST_DECODE_SECONDS), "decode {{instance}}"),
+                (sc.quantile(0.99, c.VLLM_PREFILL_TIME), "prefill {{instance}}"),
+                (sc.quantile(0.99, c.VLLM_DECODE_TIME), "decode {{instance}}"),
                 (sc.quantile(0.99, c.VLLM_QUEUE_TIME), "queue (vLLM) {{instance}}"),
             ],
             lines=[(sc.line(t.QUEUE_TIME_P99), "red")],
-            description="kvscope's stat logger histograms (ms buckets); vLLM's own start at 0.3 s.",
+            description="vLLM's phase histograms: millisecond edges under the tuned profile "
+            "(--custom-histogram-buckets), 0.3 s and up with vLLM's defaults; queue also from kvscope's per-tenant "
+            "histogram (ms).",
         )
     )
     b.add(
@@ -405,7 +212,7 @@ def _gpu_basics(b: Board, sc: Scope) -> None:
         ts(
             "GPU utilisation",
             "percent",
-            [(sc.g(c.DCGM_GPU_UTIL), "{{Hostname}} GPU {{gpu}}")],
+            [(sc.g(c.DCGM_GPU_UTIL), HOST + " GPU {{gpu}}")],
             lines=[(sc.line(t.GPU_UTIL_FLOOR), "orange")],
         ),
         span=8,
@@ -414,7 +221,7 @@ def _gpu_basics(b: Board, sc: Scope) -> None:
         ts(
             "GPU memory used (share of the card)",
             "percentunit",
-            [(used / (used + free + reserved.or_(used * 0)), "{{Hostname}} GPU {{gpu}}")],
+            [(used / (used + free + reserved.or_(used * 0)), HOST + " GPU {{gpu}}")],
             lines=[(sc.line(t.GPU_MEMORY_FULL), "red")],
             description="vLLM reserves gpu_memory_utilization of the card up front (see the engines' budgets): 90 % "
             "full is normal; above an engine's budget (plus gpu_memory_over_budget) is a leak or another process, "
@@ -434,8 +241,8 @@ def _gpu_basics(b: Board, sc: Scope) -> None:
             "Power vs limit",
             "watt",
             [
-                (sc.g(c.DCGM_POWER_USAGE), "{{Hostname}} GPU {{gpu}}"),
-                (sc.g(c.DCGM_POWER_LIMIT), "limit {{Hostname}} GPU {{gpu}}"),
+                (sc.g(c.DCGM_POWER_USAGE), HOST + " GPU {{gpu}}"),
+                (sc.g(c.DCGM_POWER_LIMIT), "limit " + HOST + " GPU {{gpu}}"),
             ],
         ),
         span=8,
@@ -445,8 +252,8 @@ def _gpu_basics(b: Board, sc: Scope) -> None:
             "SM clock",
             "hertz",
             [
-                (sc.g(c.DCGM_SM_CLOCK) * 1e6, "{{Hostname}} GPU {{gpu}}"),
-                (sc.g(c.DCGM_APP_SM_CLOCK) * 1e6, "base {{Hostname}} GPU {{gpu}}"),
+                (sc.g(c.DCGM_SM_CLOCK) * 1e6, HOST + " GPU {{gpu}}"),
+                (sc.g(c.DCGM_APP_SM_CLOCK) * 1e6, "base " + HOST + " GPU {{gpu}}"),
             ],
         ),
         span=12,
@@ -461,10 +268,66 @@ def _gpu_basics(b: Board, sc: Scope) -> None:
             "PCIe traffic vs link capacity",
             "percentunit",
             [
-                (link_share(c.DCGM_PCIE_RX_BYTES), "rx {{Hostname}} GPU {{gpu}}"),
-                (link_share(c.DCGM_PCIE_TX_BYTES), "tx {{Hostname}} GPU {{gpu}}"),
+                (link_share(c.DCGM_PCIE_RX_BYTES), "rx " + HOST + " GPU {{gpu}}"),
+                (link_share(c.DCGM_PCIE_TX_BYTES), "tx " + HOST + " GPU {{gpu}}"),
             ],
             lines=[(sc.line(t.PCIE_SATURATION), "red")],
+        ),
+        span=12,
+    )
+
+
+def _slo_tiles(b: Board, sc: Scope) -> None:
+    """Share of requests (tokens) within the SLOs of kvscope.yaml over the dashboard's range,
+    from vLLM's own buckets: the bound must be one of their edges (KvscopeSLO*BoundNotABucket)."""
+    b.row("Service levels (kvscope.yaml slo)")
+    window = "$__range"
+
+    def within(signal: c.Signal, bound: float) -> Expr:
+        good = sc.e(signal, Selector((le(bound),)), "_bucket").rate(window).sum()
+        return good / sc.e(signal, suffix="_count").rate(window).sum()
+
+    failed = Selector.any_of("finished_reason", c.FINISHED_FAILED)
+    failures = sc.e(c.VLLM_REQUEST_SUCCESS, failed).rate(window).sum().or_(vector(0))  # none failed: no series
+    ok = 1 - failures / sc.e(c.VLLM_REQUEST_SUCCESS).rate(window).sum()
+    slo = sc.slo
+    for title, expr, objective, what in (
+        (f"TTFT within {slo.ttft.seconds:g} s", within(c.VLLM_TTFT, slo.ttft.seconds), slo.ttft.objective, "requests"),
+        (f"ITL within {slo.itl.seconds:g} s", within(c.VLLM_ITL, slo.itl.seconds), slo.itl.objective, "tokens"),
+        ("Requests without error", ok, slo.errors.objective, "requests"),
+    ):
+        b.add(
+            st(
+                title,
+                "percentunit",
+                expr,
+                f"Share of {what} within the objective ({objective:.2%}) over the dashboard's range.",
+                [(objective, "green")],
+                base="red",
+            ),
+            span=8,
+            height=5,
+        )
+
+
+def _mig(b: Board, sc: Scope) -> None:
+    b.row("MIG instances")
+    on_mig = Selector((Matcher(c.DCGM_MIG_LABELS[1], "!=", ""),))
+    legend = HOST + " GPU {{gpu}} " + "/".join(f"{{{{{label}}}}}" for label in c.DCGM_MIG_LABELS)
+    b.add(
+        ts(
+            "Memory used per MIG instance",
+            "mbytes",
+            [(metric(c.DCGM_FB_USED, sc.gpu & on_mig), legend)],
+            "A MIG instance is a device of its own (dcgm-exporter's GPU_I_PROFILE, GPU_I_ID); utilisation is not "
+            "reported under MIG.",
+        ),
+        span=12,
+    )
+    b.add(
+        tbl(
+            "MIG layout",
+            [(metric(c.DCGM_FB_USED, sc.gpu & on_mig).count((*c.DCGM_HOST_LABELS, "gpu", *c.DCGM_MIG_LABELS)), "")],
         ),
         span=12,
     )
@@ -478,7 +341,8 @@ def gpu_fleet(sc: Scope) -> Board:
             "dcgm-exporter-compatible GPU panels plus XIDs, PCIe, clock events, remapped rows, NVLink, "
             "topology and processes.",
             ["gpu", "dcgm"],
-        )
+        ),
+        sc.host,
     )
     b.row("Utilisation, memory, power, clocks")
     _gpu_basics(b, sc)
@@ -486,7 +350,7 @@ def gpu_fleet(sc: Scope) -> Board:
         ts(
             "Temperature",
             "celsius",
-            [(sc.g(c.DCGM_GPU_TEMP), "{{Hostname}} GPU {{gpu}}")],
+            [(sc.g(c.DCGM_GPU_TEMP), HOST + " GPU {{gpu}}")],
             lines=[(sc.line(t.GPU_TEMP_HIGH), "red")],
         ),
         span=12,
@@ -496,15 +360,15 @@ def gpu_fleet(sc: Scope) -> Board:
             "HBM and tensor activity (DCGM profiling)",
             "percentunit",
             [
-                (sc.g(c.DCGM_DRAM_ACTIVE), "DRAM {{Hostname}} GPU {{gpu}}"),
-                (sc.g(c.DCGM_TENSOR_ACTIVE), "tensor {{Hostname}} GPU {{gpu}}"),
+                (sc.g(c.DCGM_DRAM_ACTIVE), "DRAM " + HOST + " GPU {{gpu}}"),
+                (sc.g(c.DCGM_TENSOR_ACTIVE), "tensor " + HOST + " GPU {{gpu}}"),
             ],
             lines=[(sc.line(t.DRAM_ACTIVE_HIGH), "orange")],
         ),
         span=12,
     )
     b.row("Faults")
-    xids = sc.kg(c.GPU_XID_ERRORS).increase("$__range").sum(("Hostname", "instance", "gpu", "xid")).gt(0)
+    xids = sc.kg(c.GPU_XID_ERRORS).increase("$__range").sum((*c.DCGM_HOST_LABELS, "instance", "gpu", "xid")).gt(0)
     meaning = sc.kg(c.GPU_XID_INFO).max(("xid", "meaning", "action", "bucket"))
     b.add(
         tbl(
@@ -540,9 +404,9 @@ def gpu_fleet(sc: Scope) -> Board:
             "Remapped rows and remap failures",
             "short",
             [
-                (sc.g(c.DCGM_UNCORRECTABLE_REMAPPED_ROWS), "uncorrectable {{Hostname}} GPU {{gpu}}"),
-                (sc.g(c.DCGM_CORRECTABLE_REMAPPED_ROWS), "correctable {{Hostname}} GPU {{gpu}}"),
-                (sc.g(c.DCGM_ROW_REMAP_FAILURE), "failure {{Hostname}} GPU {{gpu}}"),
+                (sc.g(c.DCGM_UNCORRECTABLE_REMAPPED_ROWS), "uncorrectable " + HOST + " GPU {{gpu}}"),
+                (sc.g(c.DCGM_CORRECTABLE_REMAPPED_ROWS), "correctable " + HOST + " GPU {{gpu}}"),
+                (sc.g(c.DCGM_ROW_REMAP_FAILURE), "failure " + HOST + " GPU {{gpu}}"),
             ],
         ),
         span=12,
@@ -553,10 +417,10 @@ def gpu_fleet(sc: Scope) -> Board:
             "PCIe link generation and width vs max",
             "short",
             [
-                (sc.g(c.DCGM_PCIE_LINK_GEN), "gen {{Hostname}} GPU {{gpu}}"),
-                (sc.g(c.DCGM_PCIE_MAX_LINK_GEN), "max gen {{Hostname}} GPU {{gpu}}"),
-                (sc.g(c.DCGM_PCIE_LINK_WIDTH), "width {{Hostname}} GPU {{gpu}}"),
-                (sc.g(c.DCGM_PCIE_MAX_LINK_WIDTH), "max width {{Hostname}} GPU {{gpu}}"),
+                (sc.g(c.DCGM_PCIE_LINK_GEN), "gen " + HOST + " GPU {{gpu}}"),
+                (sc.g(c.DCGM_PCIE_MAX_LINK_GEN), "max gen " + HOST + " GPU {{gpu}}"),
+                (sc.g(c.DCGM_PCIE_LINK_WIDTH), "width " + HOST + " GPU {{gpu}}"),
+                (sc.g(c.DCGM_PCIE_MAX_LINK_WIDTH), "max width " + HOST + " GPU {{gpu}}"),
             ],
         ),
         span=8,
@@ -565,15 +429,16 @@ def gpu_fleet(sc: Scope) -> Board:
         ts(
             "PCIe replays per second",
             "short",
-            [(sc.g(c.DCGM_PCIE_REPLAY).rate(RATE), "{{Hostname}} GPU {{gpu}}")],
+            [(sc.g(c.DCGM_PCIE_REPLAY).rate(RATE), HOST + " GPU {{gpu}}")],
             lines=[(sc.line(t.PCIE_REPLAY_RATE), "red")],
         ),
         span=8,
     )
     b.add(
-        ts("NVLink bandwidth", "Bps", [(sc.g(c.DCGM_NVLINK_BANDWIDTH).rate(RATE), "{{Hostname}} GPU {{gpu}}")]),
+        ts("NVLink bandwidth", "Bps", [(sc.g(c.DCGM_NVLINK_BANDWIDTH).rate(RATE), HOST + " GPU {{gpu}}")]),
         span=8,
     )
+    _mig(b, sc)
     b.row("Topology and processes")
     b.add(
         tbl(
@@ -607,7 +472,7 @@ def triage(sc: Scope) -> Board:
             ["triage"],
         )
     )
-    _gpu_variables(b)
+    _gpu_variables(b, sc.host)
     namespace = _variables({"namespace": "namespace"})
     command = (
         "kvscope diagnose --prometheus <this Prometheus> --at ${__to:date:seconds} --window ${__range_s}s "
@@ -669,7 +534,7 @@ def triage(sc: Scope) -> Board:
         ts(
             "HBM activity (decode is bound by it)",
             "percentunit",
-            [(sc.g(c.DCGM_DRAM_ACTIVE), "{{Hostname}} GPU {{gpu}}")],
+            [(sc.g(c.DCGM_DRAM_ACTIVE), HOST + " GPU {{gpu}}")],
             lines=[(sc.line(t.DRAM_ACTIVE_HIGH), "orange")],
         )
     )
@@ -790,6 +655,7 @@ def tenants(sc: Scope) -> Board:
 
 BOARDS: dict[str, Callable[[Scope], Board]] = {
     "llm-serving-overview": overview,
+    "vllm-engines": engines,
     "gpu-fleet": gpu_fleet,
     "triage": triage,
     "tenants-qos": tenants,

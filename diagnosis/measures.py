@@ -132,7 +132,6 @@ MEASURES: tuple[Measure, ...] = (
         "prefill_p99",
         E,
         Kind.QUANTILE,
-        c.REQUEST_PREFILL_SECONDS,
         c.VLLM_PREFILL_TIME,
         quantile=0.99,
         help="p99 prefill time",

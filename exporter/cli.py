@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from exporter.config import ExportConfig
+from exporter.config import DEFAULT_PORT, ExportConfig
 from kvscope import exitcodes
 from kvscope.cli_support import ConfigOption, fail, load_config
 
@@ -25,7 +25,10 @@ def export(
     ctx: typer.Context,
     listen_address: Annotated[
         str | None,
-        typer.Option("--web.listen-address", help="host:port to serve on (default: 127.0.0.1:9400)."),
+        typer.Option(
+            "--web.listen-address",
+            help=f"host:port to serve on (default: 127.0.0.1:{DEFAULT_PORT}; dcgm-exporter keeps 9400).",
+        ),
     ] = None,
     gpu: Annotated[
         str | None,
@@ -45,6 +48,19 @@ def export(
     ] = None,
     emulated_gpus: Annotated[int | None, typer.Option(help="How many emulated GPUs (default: 4).")] = None,
     emulated_model: Annotated[str | None, typer.Option(help="A model of the GPU table, e.g. H100, H200.")] = None,
+    emulated_mig: Annotated[
+        str | None, typer.Option(help='MIG layout of every emulated GPU, e.g. "3g.40gb,2g.20gb,1g.10gb".')
+    ] = None,
+    hostname_label: Annotated[
+        str | None,
+        typer.Option(
+            help="Host label spelling: hostname (dcgm-exporter >= 4.6.0-4.8.3, the default) | Hostname (older) | none."
+        ),
+    ] = None,
+    xid_kmsg: Annotated[
+        str | None,
+        typer.Option(help="Kernel log read for XIDs: auto (/dev/kmsg with nvml/dcgm) | none | a file or pipe."),
+    ] = None,
     web_config_file: Annotated[
         Path | None,
         typer.Option(
@@ -77,6 +93,9 @@ def export(
         "collect_interval": collect_interval,
         "emulated_gpus": emulated_gpus,
         "emulated_model": emulated_model,
+        "emulated_mig": emulated_mig,
+        "hostname_label": hostname_label,
+        "xid_kmsg": xid_kmsg,
         "web_config_file": web_config_file,
         "tls_cert": tls_cert,
         "tls_key": tls_key,
@@ -120,7 +139,7 @@ def inject(
         ),
     ],
     gpu: Annotated[int, typer.Option(help="Which emulated GPU.")] = 0,
-    url: Annotated[str, typer.Option(help="The exporter's address.")] = "http://127.0.0.1:9400",
+    url: Annotated[str, typer.Option(help="The exporter's address.")] = f"http://127.0.0.1:{DEFAULT_PORT}",
     param: Annotated[
         list[str] | None,
         typer.Option("--set", help="A fault parameter, e.g. --set xid=79 (repeat)."),

@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from exporter.collectors import Collector, GpuSource
 from exporter.collectors.host import HostCollector
-from exporter.collectors.xid import XidCounts, XidWatcher
+from exporter.collectors.xid import KmsgXidSource, XidCounts, XidWatcher
+from exporter.nvml_api import GpuIdentity
 from exporter.web_config import TlsServerConfig, WebConfig, load_web_config
 from kvscope import config as kvscope_config
 from kvscope.config import ConfigError
@@ -20,6 +21,11 @@ from kvscope.gpu_models import DEFAULT_MODELS, GpuModels
 from kvscope.http_auth import read_secret
 
 Backend = Literal["auto", "dcgm", "nvml", "emulated", "none"]
+HostLabel = Literal["hostname", "Hostname", "none"]
+# Not dcgm-exporter's 9400: both run on one GPU node. (The Prometheus wiki's "Default port
+# allocations" list is where exporters claim theirs; see docs/metrics.md.)
+DEFAULT_PORT = 9408
+KMSG_AUTO = "auto"  # /dev/kmsg with a real GPU backend (nvml, dcgm), off with emulated GPUs
 __all__ = ["Assembly", "BackendUnavailable", "ConfigError", "ExportConfig", "assemble", "load"]
 
 
@@ -40,7 +46,7 @@ def _secret(what: str, path: Path | None, env: str | None = None) -> bytes | Non
 class ExportConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    listen_address: str = "127.0.0.1:9400"
+    listen_address: str = f"127.0.0.1:{DEFAULT_PORT}"
     gpu: Backend = "auto"
     vllm: list[str] = Field(default_factory=list)
     dcgm_exporter: str | None = None
@@ -50,6 +56,12 @@ class ExportConfig(BaseModel):
     scrape_timeout: float = Field(3.0, gt=0)
     emulated_gpus: int = Field(4, ge=1, le=64)
     emulated_model: str = Field("H100", description="a GPU model of the table (kvscope.yaml gpu_models)")
+    emulated_mig: str | None = Field(None, description='MIG layout of every emulated GPU, e.g. "3g.40gb,2g.20gb"')
+    hostname_label: HostLabel = Field(
+        "hostname",
+        description="the host label's spelling: hostname (dcgm-exporter >= 4.6.0-4.8.3), Hostname (older), none",
+    )
+    xid_kmsg: str = Field(KMSG_AUTO, description="kernel log XIDs are read from: auto, none, or a path")
     web_config_file: Path | None = Field(None, description="exporter-toolkit web config: TLS, mTLS, basic auth")
     tls_cert: Path | None = None
     tls_key: Path | None = None
@@ -124,7 +136,8 @@ class Assembly:
 
 
 def assemble(config: ExportConfig, models: GpuModels = DEFAULT_MODELS) -> Assembly:
-    """Collectors for the configuration, vLLM first (the emulated GPUs follow it)."""
+    """Collectors for the configuration, vLLM first (the emulated GPUs follow it), an ingested
+    dcgm-exporter before the local GPU backend (its devices' DCGM series are its own)."""
     from exporter.collectors.dcgm_exporter import DcgmExporterCollector
     from exporter.collectors.vllm import VllmCollector
 
@@ -138,25 +151,46 @@ def assemble(config: ExportConfig, models: GpuModels = DEFAULT_MODELS) -> Assemb
     )
     if vllm is not None:
         collectors.append(vllm)
+    dcgm_exporter = None
     if config.dcgm_exporter:
-        collectors.append(DcgmExporterCollector(config.dcgm_exporter, timeout=config.scrape_timeout))
+        dcgm_exporter = DcgmExporterCollector(config.dcgm_exporter, timeout=config.scrape_timeout)
+        collectors.append(dcgm_exporter)
     counts = XidCounts()
     source, watcher, what = _gpu_source(config, counts, vllm, models)
     if source is not None:
         from exporter.collectors.gpu import GpuCollector
+        from exporter.collectors.health import HealthCollector
         from exporter.collectors.process import ProcessCollector
+        from exporter.collectors.roofline import RooflineCollector
         from exporter.collectors.topology import TopologyCollector
         from exporter.collectors.xid import XidCollector
 
-        gpus = [(identity.index, identity.uuid) for identity, _ in source.last()]
+        host = "" if config.hostname_label == "none" else config.hostname_label
+        served = dcgm_exporter.served if dcgm_exporter is not None else None
+        physical = [identity for identity, _ in source.last() if not identity.is_mig]
+        kmsg = _kmsg(config, counts, physical)
+        xids_watched = watcher is not None or kmsg is not None or config.gpu == "emulated"
         collectors += [
-            GpuCollector(source),
-            XidCollector(counts, watcher, gpus),
+            GpuCollector(source, host, served),
+            HealthCollector(source, counts, xids_watched=xids_watched, host_label=host, served=served),
+            XidCollector(counts, watcher, [(i.index, i.uuid) for i in physical], kmsg),
             TopologyCollector(source),
             ProcessCollector(source),
+            RooflineCollector(source, models),
         ]
     collectors.append(HostCollector())
     return Assembly(collectors, source, watcher, what)
+
+
+def _kmsg(config: ExportConfig, counts: XidCounts, gpus: list[GpuIdentity]) -> KmsgXidSource | None:
+    from exporter.collectors.xid import KMSG
+
+    path = config.xid_kmsg
+    if path == KMSG_AUTO:
+        path = "none" if config.gpu == "emulated" else KMSG  # the host's log has no emulated GPUs
+    if path in ("none", ""):
+        return None
+    return KmsgXidSource(counts, gpus, path)
 
 
 def _gpu_source(
@@ -168,17 +202,21 @@ def _gpu_source(
 
         samples = (lambda: vllm.latest) if vllm is not None else dict  # type: ignore[attr-defined]
         try:
-            source = EmulatedSource(config.emulated_gpus, config.emulated_model, samples, counts, models=models)
+            source = EmulatedSource(
+                config.emulated_gpus, config.emulated_model, samples, counts, models=models, mig=config.emulated_mig
+            )
         except ValueError as exc:
-            raise ConfigError(f"--emulated-model: {exc}") from None
-        return source, None, f"{config.emulated_gpus} emulated {config.emulated_model} GPUs"
+            flag = "--emulated-mig" if "MIG" in str(exc) else "--emulated-model"
+            raise ConfigError(f"{flag}: {exc}") from None
+        mig = f", MIG {config.emulated_mig}" if config.emulated_mig else ""
+        return source, None, f"{config.emulated_gpus} emulated {config.emulated_model} GPUs{mig}"
     if choice == "none":
         return None, None, "no GPU backend"
     if choice in ("auto", "dcgm"):
         from exporter.collectors.dcgm import DcgmSource, DcgmUnavailable
 
         try:
-            dcgm = DcgmSource(bindings_path=config.dcgm_bindings, host=config.dcgm_host)
+            dcgm = DcgmSource(bindings_path=config.dcgm_bindings, host=config.dcgm_host, nvml=_nvml_alongside())
             return dcgm, None, f"DCGM ({len(dcgm.identities)} GPUs)"
         except DcgmUnavailable as exc:
             if choice == "dcgm":
@@ -197,4 +235,17 @@ def _gpu_source(
     nvml_source = NvmlSource(nvml, counts)
     watcher = XidWatcher(nvml, counts, [i.uuid for i in nvml_source.identities])
     watcher.start()
-    return nvml_source, watcher, f"NVML ({nvml.count} GPUs, driver {nvml.driver_version})"
+    mig = f", {len(nvml.mig_devices)} MIG devices" if nvml.mig_devices else ""
+    return nvml_source, watcher, f"NVML ({nvml.count} GPUs{mig}, driver {nvml.driver_version})"
+
+
+def _nvml_alongside() -> object | None:
+    """NVML beside DCGM, for what DCGM's bindings lack (topology); None when not there."""
+    try:
+        from exporter.nvml_api import Nvml, NvmlUnavailable
+
+        nvml = Nvml()
+        nvml.init()
+        return nvml
+    except (ImportError, NvmlUnavailable):
+        return None

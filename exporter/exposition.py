@@ -50,12 +50,12 @@ def _escape_help(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
+_SPECIAL_VALUES = {"inf": "+Inf", "-inf": "-Inf", "nan": "NaN"}
+
+
 def _value(v: float) -> str:
-    if math.isinf(v):
-        return "+Inf" if v > 0 else "-Inf"
-    if math.isnan(v):
-        return "NaN"
-    return repr(float(v))
+    text = repr(float(v))
+    return _SPECIAL_VALUES.get(text, text)
 
 
 def _head_name(metric: Metric, samples: Sequence) -> str:
@@ -78,6 +78,7 @@ def render(families: Iterable[Metric]) -> bytes:
         else:
             merged[family.name] = (family, list(family.samples))
     lines: list[str] = []
+    pairs: dict[tuple[str, str], str] = {}  # `name="value"`, escaped: label pairs repeat on every series
     for metric, samples in merged.values():
         head = _head_name(metric, samples)
         mtype = "untyped" if metric.type == "unknown" else metric.type
@@ -85,8 +86,13 @@ def render(families: Iterable[Metric]) -> bytes:
         lines.append(f"# TYPE {head} {mtype}")
         for s in samples:
             if s.labels:
-                labels = ",".join(f'{k}="{_escape_label(v)}"' for k, v in s.labels.items())
-                lines.append(f"{s.name}{{{labels}}} {_value(s.value)}")
+                rendered = []
+                for pair in s.labels.items():
+                    text = pairs.get(pair)
+                    if text is None:
+                        text = pairs[pair] = f'{pair[0]}="{_escape_label(pair[1])}"'
+                    rendered.append(text)
+                lines.append(f"{s.name}{{{','.join(rendered)}}} {_value(s.value)}")
             else:
                 lines.append(f"{s.name} {_value(s.value)}")
     lines.append("")

@@ -53,38 +53,74 @@ READING_SERIES: tuple[tuple[str, Signal], ...] = (
 )
 
 _GPU = ("gpu", "UUID")
+# What another source (an ingested dcgm-exporter) already serves: series name -> device keys
+# (UUID, GPU_I_ID or ""). Those devices' samples of that series are left to it.
+Served = Mapping[str, set[tuple[str, str]]]
+
+
+class DeviceFamilies:
+    """Families whose label names depend on the device (MIG devices add GPU_I_PROFILE and
+    GPU_I_ID) and on the host-label spelling: one Series per (name, label names); the renderer
+    serves same-named families as one block."""
+
+    def __init__(self, host_label: str, extra: Mapping[str, str] | None = None, served: Served | None = None) -> None:
+        self.host_label = host_label
+        self.extra = dict(extra or {})
+        self.served = served or {}
+        self._series: dict[tuple[str, tuple[str, ...]], Series] = {}
+
+    def add(self, signal: Signal, identity: GpuIdentity, value: float | None, *more: tuple[str, object]) -> None:
+        """A sample of `signal` for `identity`, with `more` (name, value) labels after the
+        DCGM ones (err_code, health_watch, ...) and the extra labels last."""
+        if identity.key in self.served.get(signal.name, ()):
+            return  # the other source has this device's series: never the same series twice
+        names, values = identity.dcgm_label_pairs(self.host_label)
+        names = (*names, *(k for k, _ in more), *self.extra)
+        values = (*values, *(str(v) for _, v in more), *self.extra.values())
+        series = self._series.get((signal.name, names))
+        if series is None:
+            series = self._series[(signal.name, names)] = Series(signal, names)
+        series.add(values, value)
+
+    def metrics(self) -> Iterable[Metric]:
+        return [s.metric for s in self._series.values() if s]
 
 
 def gpu_families(
-    gpus: Sequence[tuple[GpuIdentity, GpuReading]], extra: Mapping[str, str] | None = None
+    gpus: Sequence[tuple[GpuIdentity, GpuReading]],
+    extra: Mapping[str, str] | None = None,
+    host_label: str = catalog.DCGM_HOST_LABELS[0],
+    served: Served | None = None,
 ) -> Iterable[Metric]:
-    """Families for every GPU that answered; a lost GPU yields nothing (it fell off the bus)."""
+    """Families for every GPU that answered; a lost GPU yields nothing (it fell off the bus).
+    MIG devices carry GPU_I_PROFILE/GPU_I_ID; kvscope's per-GPU extras are served for whole
+    GPUs only (their labels have no MIG instance)."""
     extra = dict(extra or {})
     extra_names, extra_values = tuple(extra), tuple(extra.values())
-    dcgm_labels = (*catalog.DCGM_GPU_UTIL.labels, *extra_names)
-    series = {attr: Series(signal, dcgm_labels) for attr, signal in READING_SERIES}
+    dcgm = DeviceFamilies(host_label, extra, served)
     reasons = Series(catalog.GPU_CLOCK_EVENT_ACTIVE, (*_GPU, "reason", *extra_names))
     capacity = Series(catalog.GPU_PCIE_LINK_CAPACITY, (*_GPU, *extra_names))
     max_capacity = Series(catalog.GPU_PCIE_LINK_MAX_CAPACITY, (*_GPU, *extra_names))
     numa = Series(catalog.GPU_NUMA_NODE, (*_GPU, *extra_names))
-    xid = Series(catalog.DCGM_XID_ERRORS, (*catalog.DCGM_XID_ERRORS.labels, *extra_names))
     for identity, reading in gpus:
         if reading.lost:
             continue
-        labels = (*identity.dcgm_labels(), *extra_values)
+        for attr, signal in READING_SERIES:
+            dcgm.add(signal, identity, getattr(reading, attr))
+        if reading.xid_last is not None:
+            code = reading.xid_last
+            meaning = describe(code).meaning
+            dcgm.add(catalog.DCGM_XID_ERRORS, identity, code, ("err_code", code), ("err_msg", meaning))
+        if identity.is_mig:
+            continue
         short = (str(identity.index), identity.uuid)
-        for attr, s in series.items():
-            s.add(labels, getattr(reading, attr))
         if reading.clock_event_reasons is not None:
             for bit, name in CLOCK_EVENT_REASONS.items():
                 reasons.add((*short, name, *extra_values), 1.0 if reading.clock_event_reasons & bit else 0.0)
         capacity.add((*short, *extra_values), pcie_capacity(reading.pcie_gen, reading.pcie_width))
         max_capacity.add((*short, *extra_values), pcie_capacity(reading.pcie_max_gen, reading.pcie_max_width))
         numa.add((*short, *extra_values), identity.numa_node)
-        if reading.xid_last is not None:
-            dcgm = identity.dcgm_labels()
-            code = reading.xid_last
-            xid.add((*dcgm, code, describe(code).meaning, *extra_values), code)
-    for s in (*series.values(), reasons, capacity, max_capacity, numa, xid):
+    yield from dcgm.metrics()
+    for s in (reasons, capacity, max_capacity, numa):
         if s:
             yield s.metric

@@ -5,11 +5,19 @@ under MIG, PCIe throughput under vGPU) becomes None and its series is absent, ne
 A missing driver surfaces once, at init, as NvmlUnavailable with NVML's reason. A GPU that has
 fallen off the bus (GpuIsLost) is reported as lost, and its readings stop.
 The pynvml module is injectable: unit tests pass a fake at exactly this seam.
+
+MIG: a GPU in MIG mode is served twice over, as dcgm-exporter does: the physical GPU (device-level
+readings: temperature, power, clocks, PCIe, ECC) and each MIG device as a device of its own, with
+the parent's gpu, UUID, pci_bus_id, device and modelName plus GPU_I_PROFILE ("1g.10gb") and GPU_I_ID
+(the GPU instance id). What MIG does not support is left out, never invented: GPU_UTIL and
+MEM_COPY_UTIL (NVML has no utilisation under MIG) on both, and on the MIG devices everything but
+their own memory and processes (device-level values are the parent's, served once, there).
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,9 +47,14 @@ class NvmlUnavailable(RuntimeError):  # noqa: N818 - a state of the machine, not
     """NVML cannot be used on this machine (no driver library, driver not loaded, ...)."""
 
 
+HostLabel = str  # "hostname" (dcgm-exporter >= 4.6.0-4.8.3), "Hostname" (older) or "" (none)
+_MIG_PROFILE = re.compile(r"(\d+g\.\d+gb(?:\+[a-z]+)?)", re.IGNORECASE)
+
+
 @dataclass(frozen=True)
 class GpuIdentity:
-    """What dcgm-exporter puts on every series, plus the NUMA node."""
+    """What dcgm-exporter puts on every series, plus the NUMA node; MIG devices add their
+    instance (dcgm-exporter: gpu, UUID, pci_bus_id, device and modelName are the parent's)."""
 
     index: int
     uuid: str
@@ -49,22 +62,48 @@ class GpuIdentity:
     model_name: str
     hostname: str
     numa_node: int | None = None
+    mig_profile: str | None = None  # "1g.10gb": set on MIG devices only
+    gpu_instance_id: int | None = None
+    mig_uuid: str = ""  # the MIG device's own UUID ("MIG-..."), for joins with nvidia-smi
 
     @property
     def device(self) -> str:
         return f"nvidia{self.index}"
 
-    def dcgm_labels(self) -> list[str]:
-        """Label values in dcgm-exporter's order (gpu, UUID, pci_bus_id, device, modelName,
-        Hostname)."""
-        return [
-            str(self.index),
-            self.uuid,
-            self.pci_bus_id,
-            self.device,
-            self.model_name,
-            self.hostname,
-        ]
+    @property
+    def is_mig(self) -> bool:
+        return self.mig_profile is not None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """Which device this is across exporters: (UUID, GPU_I_ID or "")."""
+        return (self.uuid, "" if self.gpu_instance_id is None else str(self.gpu_instance_id))
+
+    def dcgm_label_pairs(
+        self, host_label: HostLabel = catalog.DCGM_HOST_LABELS[0]
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(label names, values) in dcgm-exporter's order: gpu, UUID, pci_bus_id, device,
+        modelName, [GPU_I_PROFILE, GPU_I_ID], then the host label unless it is ""."""
+        names = ["gpu", "UUID", "pci_bus_id", "device", "modelName"]
+        values = [str(self.index), self.uuid, self.pci_bus_id, self.device, self.model_name]
+        if self.is_mig:
+            names += catalog.DCGM_MIG_LABELS
+            values += [str(self.mig_profile), str(self.gpu_instance_id)]
+        if host_label:
+            names.append(host_label)
+            values.append(self.hostname)
+        return tuple(names), tuple(values)
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """One MIG device of a physical GPU, as NVML enumerates it."""
+
+    parent: int
+    handle: Any
+    gpu_instance_id: int
+    profile: str
+    uuid: str
 
 
 @dataclass
@@ -102,6 +141,7 @@ class GpuReading:
     remapped_correctable: float | None = None
     remapped_uncorrectable: float | None = None
     remap_failure: float | None = None
+    remap_pending: float | None = None  # 1 while a remap waits for the next GPU reset
     processes: list[tuple[int, int | None]] = field(default_factory=list)  # (pid, bytes)
     xid_last: int | None = None  # the last XID seen on this GPU (dcgm-exporter's sticky gauge)
     dram_active: float | None = None  # DCGM profiling fields: NVML cannot read them
@@ -119,6 +159,8 @@ class Nvml:
             module = pynvml
         self.nv: Any = module
         self._handles: list[Any] = []
+        self.mig_devices: list[MigDevice] = []
+        self._mig_parents: set[int] = set()
         self.driver_version = ""
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -130,6 +172,51 @@ class Nvml:
         count = self.nv.nvmlDeviceGetCount()
         self._handles = [self.nv.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         self.driver_version = _text(self._maybe(self.nv.nvmlSystemGetDriverVersion) or "")
+        self.mig_devices = []
+        for i, h in enumerate(self._handles):
+            with contextlib.suppress(self._lost_error()):
+                self.mig_devices += self._mig_devices_of(i, h)
+        self._mig_parents = {m.parent for m in self.mig_devices}
+
+    def mig_enabled(self, index: int) -> bool:
+        """Whether GPU `index` runs in MIG mode (current mode, not the pending one)."""
+        return index in self._mig_parents
+
+    def _mig_devices_of(self, index: int, h: Any) -> list[MigDevice]:
+        mode = self._maybe("nvmlDeviceGetMigMode", h)  # (current, pending); NotSupported before Ampere
+        if not mode or mode[0] != getattr(self.nv, "NVML_DEVICE_MIG_ENABLE", 1):
+            return []
+        out = []
+        for slot in range(int(self._maybe("nvmlDeviceGetMaxMigDeviceCount", h) or 0)):
+            mig = self._maybe("nvmlDeviceGetMigDeviceHandleByIndex", h, slot)  # NotFound: an empty slot
+            if mig is None:
+                continue
+            instance = self._maybe("nvmlDeviceGetGpuInstanceId", mig)
+            if instance is None:
+                continue
+            out.append(
+                MigDevice(
+                    parent=index,
+                    handle=mig,
+                    gpu_instance_id=int(instance),
+                    profile=self._mig_profile(mig),
+                    uuid=_text(self._maybe(self.nv.nvmlDeviceGetUUID, mig) or ""),
+                )
+            )
+        return out
+
+    def _mig_profile(self, mig: Any) -> str:
+        """The profile name dcgm-exporter writes ("1g.10gb"): from the MIG device's name
+        ("NVIDIA H100 80GB HBM3 MIG 1g.10gb"), else from its slice count and memory."""
+        name = _text(self._maybe(self.nv.nvmlDeviceGetName, mig) or "")
+        if found := _MIG_PROFILE.search(name):
+            return found.group(1).lower()
+        attributes = self._maybe("nvmlDeviceGetAttributes", mig)
+        if attributes is not None:
+            slices = getattr(attributes, "gpuInstanceSliceCount", 0)
+            gib = round(getattr(attributes, "memorySizeMB", 0) / 1024)
+            return f"{slices}g.{gib}gb"
+        return "unknown"
 
     def shutdown(self) -> None:
         with contextlib.suppress(Exception):
@@ -208,6 +295,39 @@ class Nvml:
             self._read_into(nv, h, r)
         except self._lost_error():
             return GpuReading(lost=True)
+        if self.mig_enabled(index):
+            # no utilisation under MIG (some drivers answer 0: that would be a made-up idle GPU),
+            # and the processes belong to the MIG devices, where they are served
+            r.gpu_util = r.mem_copy_util = None
+            r.processes = []
+        return r
+
+    def mig_identity(self, mig: MigDevice, parent: GpuIdentity) -> GpuIdentity:
+        return GpuIdentity(
+            index=parent.index,
+            uuid=parent.uuid,
+            pci_bus_id=parent.pci_bus_id,
+            model_name=parent.model_name,
+            hostname=parent.hostname,
+            numa_node=parent.numa_node,
+            mig_profile=mig.profile,
+            gpu_instance_id=mig.gpu_instance_id,
+            mig_uuid=mig.uuid,
+        )
+
+    def mig_reading(self, mig: MigDevice) -> GpuReading:
+        """What a MIG device has of its own: its memory and its processes."""
+        r = GpuReading()
+        try:
+            memory = self._memory(mig.handle)
+            if memory is not None:
+                _total, used, free, reserved = memory
+                r.fb_used_mib, r.fb_free_mib = used / _MIB, free / _MIB
+                r.fb_reserved_mib = reserved / _MIB if reserved is not None else None
+            processes: list[Any] = self._maybe("nvmlDeviceGetComputeRunningProcesses", mig.handle) or []
+            r.processes = [(int(p.pid), _int(getattr(p, "usedGpuMemory", None))) for p in processes]
+        except self._lost_error():
+            return GpuReading(lost=True)
         return r
 
     def _read_into(self, nv: Any, h: Any, r: GpuReading) -> None:
@@ -268,7 +388,8 @@ class Nvml:
         )
         remapped = m("nvmlDeviceGetRemappedRows", h)
         if remapped is not None:
-            correctable, uncorrectable, _pending, failure = remapped
+            correctable, uncorrectable, pending, failure = remapped
+            r.remap_pending = 1.0 if pending else 0.0
             r.remapped_correctable, r.remapped_uncorrectable = (
                 float(correctable),
                 float(uncorrectable),

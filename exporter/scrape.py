@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client.core import Metric
+from prometheus_client.samples import Sample
 
 from kvscope.pages import DEFAULT_MAX_BYTES, Fetched, Target, fetch_all
 from kvscope.promtext import parse_families
@@ -31,10 +32,7 @@ class ScrapeResult:
 
 def parse_page(text: str) -> list[Metric]:
     """Every family of a page, `_created` samples dropped. Raises on a malformed page."""
-    families = parse_families(text)
-    for family in families:
-        family.samples = [s for s in family.samples if not s.name.endswith("_created")]
-    return families
+    return parse_families(text, created=False)
 
 
 def _parsed(fetched: Fetched) -> ScrapeResult:
@@ -60,11 +58,16 @@ def scrape(target: Target | str, deadline: float, max_bytes: int = DEFAULT_MAX_B
 def relabel(family: Metric, extra: Mapping[str, str]) -> Metric:
     """A copy of `family` with `extra` labels on every sample (existing ones become exported_*)."""
     copy = Metric(family.name, family.documentation, family.type, family.unit)
-    for s in family.samples:
-        labels = dict(s.labels)
-        for key, value in extra.items():
-            if key in labels:
-                labels["exported_" + key] = labels[key]
-            labels[key] = value
-        copy.add_sample(s.name, labels, s.value, s.timestamp)
+    copy.samples = [Sample(s.name, _relabelled(s.labels, extra), s.value, s.timestamp) for s in family.samples]
     return copy
+
+
+def _relabelled(labels: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+    if extra.keys().isdisjoint(labels):  # the usual case: one merge, labels in the same order
+        return {**labels, **extra}
+    out = dict(labels)
+    for key, value in extra.items():
+        if key in out:
+            out["exported_" + key] = out[key]
+        out[key] = value
+    return out

@@ -63,10 +63,19 @@ class Signal:
 
 VLLM_NAMESPACE = "vllm:"  # every vLLM series starts with it
 _VLLM = ("model_name", "engine")
-_DCGM = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
+# dcgm-exporter renamed `Hostname` to `hostname` (NVIDIA/dcgm-exporter PR #655, merged 2026-05-12;
+# first released in 4.6.0-4.8.3 (release PR #711, 2026-07-14), whose changelist says "Rename the
+# Hostname label to hostname"; the later notes seen (4.8.4, 4.9.0, 4.10.0) do not revert it).
+# kvscope writes the current spelling by default (`kvscope export --hostname-label`); readers
+# must accept both.
+DCGM_HOST_LABELS = ("hostname", "Hostname")  # current first, then the one before 4.6.0-4.8.3
+# MIG instances add these after modelName, before the host label (dcgm-exporter's template).
+DCGM_MIG_LABELS = ("GPU_I_PROFILE", "GPU_I_ID")
+_DCGM = ("gpu", "UUID", "pci_bus_id", "device", "modelName", DCGM_HOST_LABELS[0])
 
-# Millisecond-resolution latency buckets: vLLM's phase histograms start at 0.3 s, too coarse
-# for fast GPUs and for the CPU demo model.
+# Millisecond-resolution latency buckets: vLLM's default phase histograms start at 0.3 s, too
+# coarse for fast GPUs and for the CPU demo model; the tuned profile passes these to vLLM
+# (--custom-histogram-buckets) and kvscope's own per-tenant histograms use them.
 FINE_LATENCY_BUCKETS: tuple[float, ...] = (
     0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75,
     1.0, 1.5, 2.0, 2.5, 3.0, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0,
@@ -82,6 +91,10 @@ VLLM_TTFT_BUCKETS: tuple[float, ...] = (
 VLLM_ITL_BUCKETS: tuple[float, ...] = (
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
     40.0, 80.0,
+)  # fmt: skip
+VLLM_KV_RESIDENCY_BUCKETS: tuple[float, ...] = (
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0,
+    120.0, 300.0, 600.0, 1200.0, 1800.0,
 )  # fmt: skip
 VLLM_REQUEST_LATENCY_BUCKETS: tuple[float, ...] = (
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
@@ -197,12 +210,64 @@ VLLM_EXTERNAL_PREFIX_CACHE_HITS = _vllm(
     "tokens",
     "External (KV connector) prefix-cache hits (tokens).",
 )
-VLLM_ADMISSION_REJECTIONS = _vllm(
+VLLM_ADMISSION_REJECTIONS = Signal(
     "vllm:admission_rejections_total",
     C,
     "requests",
-    "Requests the engine refused to admit.",
-    "reason",
+    "Requests the API server refused because its queue cap was reached (--max-num-queued-reqs / "
+    "--max-num-queued-tokens); the client got an error. No engine label.",
+    Source.VLLM,
+    ("model_name", "reason"),
+)
+VLLM_CORRUPTED_REQUESTS = _vllm(
+    "vllm:corrupted_requests_total",
+    C,
+    "requests",
+    "Requests whose logits held NaNs (only with VLLM_COMPUTE_NANS_IN_LOGITS=1): wrong output was served.",
+)
+VLLM_PROMPT_TOKENS_CACHED_BY_SOURCE = _vllm(
+    "vllm:prompt_tokens_cached_by_source_total",
+    C,
+    "tokens",
+    "Prefix-cache hit tokens by the tier that supplied them (device, host, disk, p2p, external_unspecified).",
+    "source",
+)
+VLLM_REQUESTS_KV_FETCH_BY_STAGE = _vllm(
+    "vllm:num_requests_kv_fetch_by_stage",
+    G,
+    "requests",
+    "Waiting requests by async KV-load stage (waiting_to_start, in_progress, completed_waiting); KV consumers only.",
+    "stage",
+)
+VLLM_MM_CACHE_QUERIES = _vllm("vllm:mm_cache_queries_total", C, "items", "Multi-modal cache lookups (items).")
+VLLM_MM_CACHE_HITS = _vllm("vllm:mm_cache_hits_total", C, "items", "Multi-modal cache hits (items).")
+VLLM_LORA_REQUESTS_INFO = Signal(
+    "vllm:lora_requests_info",
+    G,
+    "timestamp",
+    "LoRA adapters running and waiting, as labels (value: wall-clock time of the update).",
+    Source.VLLM,
+    ("model_name", "max_lora", "running_lora_adapters", "waiting_lora_adapters"),
+)
+# MFU estimates (--enable-mfu-metrics; vllm/v1/metrics/perf.py): analytic, from the model's shape
+# per scheduled step, not hardware counters. Their names end in _total in vLLM's own code.
+VLLM_ESTIMATED_FLOPS = _vllm(
+    "vllm:estimated_flops_per_gpu_total",
+    C,
+    "FLOP",
+    "Estimated floating-point operations per GPU (MFU: rate / the GPU's peak).",
+)
+VLLM_ESTIMATED_READ_BYTES = _vllm(
+    "vllm:estimated_read_bytes_per_gpu_total",
+    C,
+    "bytes",
+    "Estimated bytes read from GPU memory per GPU (HBM traffic against the GPU's bandwidth).",
+)
+VLLM_ESTIMATED_WRITE_BYTES = _vllm(
+    "vllm:estimated_write_bytes_per_gpu_total",
+    C,
+    "bytes",
+    "Estimated bytes written to GPU memory per GPU.",
 )
 VLLM_SPEC_DECODE_DRAFTS = _vllm("vllm:spec_decode_num_drafts_total", C, "drafts", "Speculative-decoding drafts.")
 VLLM_SPEC_DECODE_DRAFT_TOKENS = _vllm("vllm:spec_decode_num_draft_tokens_total", C, "tokens", "Draft tokens proposed.")
@@ -263,14 +328,14 @@ VLLM_PREFILL_TIME = _vllm(
     "vllm:request_prefill_time_seconds",
     H,
     "seconds",
-    "Prefill phase time (lowest bucket 0.3 s).",
+    "Prefill phase time (default lowest bucket 0.3 s; the tuned profile sets ms edges).",
     buckets=VLLM_REQUEST_LATENCY_BUCKETS,
 )
 VLLM_DECODE_TIME = _vllm(
     "vllm:request_decode_time_seconds",
     H,
     "seconds",
-    "Decode phase time (lowest bucket 0.3 s).",
+    "Decode phase time (default lowest bucket 0.3 s; the tuned profile sets ms edges).",
     buckets=VLLM_REQUEST_LATENCY_BUCKETS,
 )
 VLLM_REQUEST_PROMPT_TOKENS = _vllm("vllm:request_prompt_tokens", H, "tokens", "Prompt length per request.")
@@ -288,6 +353,203 @@ VLLM_REQUEST_PREFILL_KV_COMPUTED = _vllm(
 )
 VLLM_REQUEST_PREEMPTIONS = _vllm("vllm:request_num_preemptions", H, "preemptions", "Preemptions per finished request.")
 VLLM_ITERATION_TOKENS = _vllm("vllm:iteration_tokens_total", H, "tokens", "Tokens per engine step (a histogram).")
+
+# KV-cache residency (--kv-cache-metrics, sampled by --kv-cache-metrics-sample, default 1 %).
+VLLM_KV_BLOCK_LIFETIME = _vllm(
+    "vllm:kv_block_lifetime_seconds",
+    H,
+    "seconds",
+    "KV block lifetime from allocation to eviction (short: the pool is too small).",
+    buckets=VLLM_KV_RESIDENCY_BUCKETS,
+)
+VLLM_KV_BLOCK_IDLE_BEFORE_EVICT = _vllm(
+    "vllm:kv_block_idle_before_evict_seconds",
+    H,
+    "seconds",
+    "Idle time of a KV block before it was evicted (short: evicted while still warm).",
+    buckets=VLLM_KV_RESIDENCY_BUCKETS,
+)
+VLLM_KV_BLOCK_REUSE_GAP = _vllm(
+    "vllm:kv_block_reuse_gap_seconds",
+    H,
+    "seconds",
+    "Time between consecutive accesses of a KV block (the prefix cache's reuse distance).",
+    buckets=VLLM_KV_RESIDENCY_BUCKETS,
+)
+
+# KV connectors (only when configured): NIXL (P/D disaggregation) and the offloading connector.
+VLLM_NIXL_XFER_TIME = _vllm("vllm:nixl_xfer_time_seconds", H, "seconds", "NIXL KV transfer duration.")
+VLLM_NIXL_BYTES = _vllm("vllm:nixl_bytes_transferred", H, "bytes", "Bytes per NIXL KV transfer.")
+VLLM_NIXL_FAILED_TRANSFERS = _vllm(
+    "vllm:nixl_num_failed_transfers_total",
+    C,
+    "transfers",
+    "Failed NIXL KV transfers, including handshake and notification failures.",
+)
+VLLM_NIXL_EXPIRED_REQUESTS = _vllm(
+    "vllm:nixl_num_kv_expired_reqs_total",
+    C,
+    "requests",
+    "Requests whose KV lease expired before the decode side fetched it (prefill instance).",
+)
+VLLM_NIXL_NOTIFICATIONS_AFTER_EXPIRY = _vllm(
+    "vllm:nixl_num_notifications_after_expiry_total",
+    C,
+    "notifications",
+    "Completion notifications for expired requests: the KV blocks may have been reused mid-transfer.",
+)
+VLLM_KV_OFFLOAD_LOAD_BYTES = _vllm(
+    "vllm:kv_offload_load_bytes_total", C, "bytes", "Bytes loaded from offload storage to the GPU."
+)
+VLLM_KV_OFFLOAD_STORE_BYTES = _vllm(
+    "vllm:kv_offload_store_bytes_total", C, "bytes", "Bytes stored from the GPU to offload storage."
+)
+VLLM_KV_OFFLOAD_LOAD_TIME = _vllm(
+    "vllm:kv_offload_load_time_total", C, "seconds", "Time spent loading from offload storage."
+)
+VLLM_KV_OFFLOAD_STORE_TIME = _vllm(
+    "vllm:kv_offload_store_time_total", C, "seconds", "Time spent storing to offload storage."
+)
+VLLM_KV_OFFLOAD_ALLOCATION_FAILURES = _vllm(
+    "vllm:kv_offload_allocation_failure_total",
+    C,
+    "failures",
+    "KV offload store allocations that failed (the offload tier is full).",
+)
+VLLM_KV_OFFLOAD_CPU_USAGE = _vllm("vllm:kv_offload_cpu_cache_usage_perc", G, "ratio", "CPU offload tier in use, 0..1.")
+
+
+# Registered by vLLM 0.32 but read by no kvscope consumer: catalogued so that the exporter
+# passes them through knowingly and a vLLM upgrade that adds a name fails
+# tests/unit/test_catalog.py until it is placed. (KVCR tiering names come from the external
+# `kvcr` package and are not known here.)
+def _passed(name: str, kind: Kind, unit: str, help_: str, *labels: str, base: tuple[str, ...] = _VLLM) -> Signal:
+    return Signal(name, kind, unit, help_, Source.VLLM, (*base, *labels))
+
+
+VLLM_PASSED_THROUGH = {
+    s.name: s
+    for s in (
+        _passed("vllm:watermark_requests_total", C, "requests", "Finished requests by watermark status.", "status"),
+        _passed("vllm:diffusion_num_denoising_steps_total", C, "steps", "Diffusion-LM denoising steps."),
+        _passed("vllm:diffusion_num_canvas_positions_total", C, "positions", "Diffusion-LM canvas positions."),
+        _passed("vllm:diffusion_num_committed_tokens_total", C, "tokens", "Diffusion-LM committed tokens."),
+        _passed("vllm:nixl_post_time_seconds", H, "seconds", "NIXL transfer post time."),
+        _passed("vllm:nixl_num_descriptors", H, "descriptors", "Descriptors per NIXL transfer."),
+        _passed(
+            "vllm:nixl_num_failed_notifications_total",
+            C,
+            "notifications",
+            "Failed NIXL notifications (also counted in the failed transfers).",
+        ),
+        _passed("vllm:kv_offload_load_size", H, "bytes", "Size of each KV offload load."),
+        _passed("vllm:kv_offload_store_size", H, "bytes", "Size of each KV offload store."),
+        _passed("vllm:kv_offload_lookup_sync_delay_seconds", H, "seconds", "Time in one offload lookup call."),
+        _passed("vllm:kv_offload_lookup_async_delay_seconds", H, "seconds", "Deferred offload lookup delay."),
+        _passed(
+            "vllm:kv_offload_total_bytes_total",
+            C,
+            "bytes",
+            "Deprecated in 0.32 (use the load/store bytes): bytes offloaded, by direction.",
+            "transfer_type",
+        ),
+        _passed(
+            "vllm:kv_offload_total_time_total",
+            C,
+            "seconds",
+            "Deprecated in 0.32 (use the load/store time): offload time, by direction.",
+            "transfer_type",
+        ),
+        _passed(
+            "vllm:kv_offload_size",
+            H,
+            "bytes",
+            "Deprecated in 0.32 (use the load/store size): transfer size, by direction.",
+            "transfer_type",
+        ),
+        _passed("vllm:kv_offload_stores_skipped_total", C, "stores", "CPU-tier stores skipped."),
+        _passed("vllm:kv_offload_cpu_cache_read_usage_perc", G, "ratio", "CPU offload tier read share in use."),
+        _passed("vllm:kv_offload_cpu_cache_write_usage_perc", G, "ratio", "CPU offload tier write share in use."),
+        _passed("vllm:kv_offload_cpu_allocation_size", H, "bytes", "CPU offload tier allocation size."),
+        *(
+            _passed(f"vllm:kv_offload_tiering_{n}", k, u, h, *extra)
+            for n, k, u, h, extra in (
+                ("chunk_hits_total", C, "chunks", "Tiered offload chunk hits.", ("tier",)),
+                ("chunk_queries_total", C, "chunks", "Tiered offload chunk lookups.", ("tier",)),
+                ("read_bytes_total", C, "bytes", "Tiered offload bytes read.", ("tier",)),
+                ("read_time_total", C, "seconds", "Tiered offload read time.", ("tier",)),
+                ("write_bytes_total", C, "bytes", "Tiered offload bytes written.", ("tier",)),
+                ("write_time_total", C, "seconds", "Tiered offload write time.", ("tier",)),
+                ("primary_read_usage_perc", G, "ratio", "Primary tier read share in use.", ()),
+                ("primary_write_usage_perc", G, "ratio", "Primary tier write share in use.", ()),
+                ("backpressure_stores_dropped_total", C, "stores", "Stores dropped by backpressure.", ()),
+                ("backpressure_blocks_dropped_total", C, "blocks", "Blocks dropped by backpressure.", ()),
+                ("backpressure_store_latency_ema", G, "seconds", "Store latency moving average.", ()),
+                ("active_cascade_jobs", G, "jobs", "Cascade jobs in flight.", ()),
+                ("active_promotion_jobs", G, "jobs", "Promotion jobs in flight.", ()),
+                ("cascade_job_failures_total", C, "jobs", "Failed cascade jobs.", ()),
+                ("promotion_job_failures_total", C, "jobs", "Failed promotion jobs.", ()),
+                ("promotion_allocation_failures_total", C, "failures", "Failed promotion allocations.", ()),
+                ("lookup_sync_delay_seconds", H, "seconds", "Blocking time of a tier lookup.", ("tier",)),
+                ("lookup_async_delay_seconds", H, "seconds", "Deferred tier lookup delay.", ("tier",)),
+            )
+        ),
+        _passed("vllm:simple_kv_offload_save_outcomes_total", C, "stores", "Simple CPU offload stores.", "outcome"),
+        _passed("vllm:simple_kv_offload_load_blocks_total", C, "blocks", "Blocks restored from the offload pool."),
+        _passed("vllm:simple_kv_offload_used_blocks", G, "blocks", "Offload-pool blocks pinned."),
+        _passed("vllm:simple_kv_offload_pending_store_blocks", G, "blocks", "Offload blocks in pending stores."),
+        _passed(
+            "vllm:simple_kv_offload_info",
+            G,
+            "info",
+            "Simple CPU offload facts as labels.",
+            "backend",
+            "page_cache",
+            "lazy_offload",
+            "capacity_blocks",
+        ),
+        _passed("vllm:hisparse_cache_hits_total", C, "blocks", "HiSparse hot-buffer hits."),
+        _passed("vllm:hisparse_cache_misses_total", C, "blocks", "HiSparse hot-buffer misses."),
+        _passed("vllm:hisparse_host_cache_usage_perc", G, "ratio", "HiSparse host KV cache in use."),
+        _passed("vllm:hisparse_host_to_device_bytes_total", C, "bytes", "HiSparse host-to-device bytes."),
+        _passed("vllm:hisparse_pending_page_transfers", G, "transfers", "HiSparse page transfers in flight."),
+        _passed("vllm:hisparse_host_block_lifetime_seconds", H, "seconds", "HiSparse host block lifetime."),
+        _passed("vllm:hisparse_host_block_idle_before_evict_seconds", H, "seconds", "HiSparse idle before evict."),
+        _passed("vllm:hisparse_host_block_reuse_gap_seconds", H, "seconds", "HiSparse host block reuse gap."),
+        _passed("vllm:mooncake_store_operation_total", C, "operations", "Mooncake store operations."),
+        _passed("vllm:mooncake_store_operation_bytes_total", C, "bytes", "Mooncake store bytes."),
+        _passed("vllm:mooncake_store_operation_keys_total", C, "keys", "Mooncake store keys touched."),
+        _passed("vllm:mooncake_store_operation_failed_keys_total", C, "keys", "Mooncake store failed keys."),
+        _passed("vllm:mooncake_store_operation_time_seconds", H, "seconds", "Mooncake store operation time."),
+        _passed("vllm:hf3fs_load_duration_seconds", H, "seconds", "HF3FS KV load duration."),
+        _passed("vllm:hf3fs_save_duration_seconds", H, "seconds", "HF3FS KV save duration."),
+        _passed("vllm:hf3fs_num_failed_load_total", C, "loads", "Failed HF3FS KV loads."),
+        _passed("vllm:hf3fs_num_failed_save_total", C, "saves", "Failed HF3FS KV saves."),
+        _passed("vllm:sleep_mode_operation_duration_seconds", H, "seconds", "Sleep-mode operation time.", base=()),
+        _passed("vllm:sleep_mode_operations_in_flight", G, "operations", "Sleep-mode operations.", base=()),
+        _passed(
+            "vllm:rl_weight_update_operation_duration_seconds",
+            H,
+            "seconds",
+            "RL weight-transfer operation time.",
+            base=(),
+        ),
+        _passed("vllm:rl_weight_update_operations_in_flight", G, "operations", "RL weight transfers.", base=()),
+        _passed(
+            "vllm:tool_call_parser_invocations_total",
+            C,
+            "invocations",
+            "Tool-call parser invocations.",
+            "mode",
+            "outcome",
+            "request_type",
+            base=("model_name",),
+        ),
+        _passed("vllm:websocket_connections_total", C, "connections", "Realtime WebSocket connections.", base=()),
+        _passed("vllm:websocket_connections_active", G, "connections", "Open realtime WebSockets.", base=()),
+        _passed("vllm:websocket_connection_duration_seconds", H, "seconds", "WebSocket connection time.", base=()),
+    )
+}
 
 # Removed with the V0 engine (V1 preempts by recompute and never swaps). Read only.
 VLLM_REQUESTS_SWAPPED = _vllm(
@@ -351,13 +613,21 @@ DCGM_APP_SM_CLOCK = _dcgm(
     "Application (base) SM clock: the floor without throttling.",
 )
 DCGM_MAX_SM_CLOCK = _dcgm("DCGM_FI_DEV_MAX_SM_CLOCK", G, "MHz", "Maximum SM clock.")
-DCGM_MEMORY_TEMP = _dcgm("DCGM_FI_DEV_MEMORY_TEMP", G, "C", "HBM temperature.")
-DCGM_GPU_TEMP = _dcgm("DCGM_FI_DEV_GPU_TEMP", G, "C", "GPU temperature.")
+DCGM_MEMORY_TEMP = _dcgm(
+    "DCGM_FI_DEV_MEMORY_TEMP", G, "C", "HBM temperature.", aliases=("DCGM_FI_DEV_MEMORY_TEMP_CELSIUS",)
+)
+DCGM_GPU_TEMP = _dcgm("DCGM_FI_DEV_GPU_TEMP", G, "C", "GPU temperature.", aliases=("DCGM_FI_DEV_GPU_TEMP_CELSIUS",))
 DCGM_SLOWDOWN_TEMP = _dcgm("DCGM_FI_DEV_SLOWDOWN_TEMP", G, "C", "Temperature at which the GPU slows its clocks.")
-DCGM_POWER_USAGE = _dcgm("DCGM_FI_DEV_POWER_USAGE", G, "W", "Power draw.")
+DCGM_POWER_USAGE = _dcgm("DCGM_FI_DEV_POWER_USAGE", G, "W", "Power draw.", aliases=("DCGM_FI_DEV_BOARD_POWER_WATTS",))
 DCGM_POWER_LIMIT = _dcgm("DCGM_FI_DEV_POWER_MGMT_LIMIT", G, "W", "Enforced power limit.")
 DCGM_TOTAL_ENERGY = _dcgm("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", C, "mJ", "Energy since the driver loaded.")
-DCGM_PCIE_REPLAY = _dcgm("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", C, "replays", "PCIe retries (link errors).")
+DCGM_PCIE_REPLAY = _dcgm(
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    C,
+    "replays",
+    "PCIe retries (link errors).",
+    aliases=("DCGM_FI_DEV_PCIE_REPLAY_TOTAL",),
+)
 DCGM_GPU_UTIL = _dcgm("DCGM_FI_DEV_GPU_UTIL", G, "percent", "GPU utilisation (time busy).")
 DCGM_MEM_COPY_UTIL = _dcgm("DCGM_FI_DEV_MEM_COPY_UTIL", G, "percent", "Memory utilisation.")
 DCGM_ENC_UTIL = _dcgm("DCGM_FI_DEV_ENC_UTIL", G, "percent", "Encoder utilisation.")
@@ -376,13 +646,25 @@ DCGM_FB_USED = _dcgm("DCGM_FI_DEV_FB_USED", G, "MiB", "Framebuffer memory used."
 DCGM_FB_RESERVED = _dcgm("DCGM_FI_DEV_FB_RESERVED", G, "MiB", "Framebuffer memory reserved.")
 DCGM_NVLINK_BANDWIDTH = _dcgm("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", C, "bytes", "NVLink bandwidth counter, all links.")
 DCGM_UNCORRECTABLE_REMAPPED_ROWS = _dcgm(
-    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", C, "rows", "Rows remapped for uncorrectable errors."
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    C,
+    "rows",
+    "Rows remapped for uncorrectable errors.",
+    aliases=("DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL",),
 )
 DCGM_CORRECTABLE_REMAPPED_ROWS = _dcgm(
-    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", C, "rows", "Rows remapped for correctable errors."
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    C,
+    "rows",
+    "Rows remapped for correctable errors.",
+    aliases=("DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL",),
 )
 DCGM_ROW_REMAP_FAILURE = _dcgm(
-    "DCGM_FI_DEV_ROW_REMAP_FAILURE", G, "bool", "1 when a row remap failed: the GPU needs service."
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    G,
+    "bool",
+    "1 when a row remap failed: the GPU needs service.",
+    aliases=("DCGM_FI_DEV_ROW_REMAP_FAILED",),
 )
 DCGM_ECC_SBE_TOTAL = _dcgm("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", C, "errors", "Single-bit ECC errors (volatile).")
 DCGM_ECC_DBE_TOTAL = _dcgm("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", C, "errors", "Double-bit ECC errors (volatile).")
@@ -427,9 +709,81 @@ DCGM_EXP_CLOCK_EVENTS = _dcgm(
     "Clock events in the exporter's window.",
     "clock_event",
 )
+DCGM_EXP_P2P_STATUS = _dcgm(
+    "DCGM_EXP_P2P_STATUS",
+    G,
+    "status",
+    "Peer-to-peer status to each peer GPU (link_status OK, ...NotSupported, Unknown).",
+    "peer_gpu",
+    "link_status",
+)
+DCGM_VGPU_LICENSE_STATUS = _dcgm("DCGM_FI_DEV_VGPU_LICENSE_STATUS", G, "status", "vGPU licence status.")
+DCGM_SYNC_BOOST_VIOLATION = _dcgm("DCGM_FI_DEV_SYNC_BOOST_VIOLATION", C, "ns", "Time held by sync boost.")
+DCGM_BOARD_LIMIT_VIOLATION = _dcgm("DCGM_FI_DEV_BOARD_LIMIT_VIOLATION", C, "ns", "Time held by the board limit.")
+DCGM_LOW_UTIL_VIOLATION = _dcgm("DCGM_FI_DEV_LOW_UTIL_VIOLATION", C, "ns", "Time clocked down for low use.")
+DCGM_RELIABILITY_VIOLATION = _dcgm("DCGM_FI_DEV_RELIABILITY_VIOLATION", C, "ns", "Time held for reliability.")
+DCGM_ECC_SBE_AGG = _dcgm("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", C, "errors", "Single-bit ECC errors (persistent).")
+DCGM_ECC_DBE_AGG = _dcgm("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", C, "errors", "Double-bit ECC errors (persistent).")
+DCGM_RETIRED_SBE = _dcgm("DCGM_FI_DEV_RETIRED_SBE", C, "pages", "Pages retired for single-bit errors (pre-Ampere).")
+DCGM_RETIRED_DBE = _dcgm("DCGM_FI_DEV_RETIRED_DBE", C, "pages", "Pages retired for double-bit errors (pre-Ampere).")
+DCGM_RETIRED_PENDING = _dcgm("DCGM_FI_DEV_RETIRED_PENDING", C, "pages", "Pages pending retirement.")
+DCGM_NVLINK_CRC_FLIT_ERRORS = _dcgm(
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", C, "errors", "NVLink flow-control CRC errors."
+)
+DCGM_NVLINK_CRC_DATA_ERRORS = _dcgm(
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", C, "errors", "NVLink data CRC errors."
+)
+DCGM_NVLINK_REPLAY_ERRORS = _dcgm("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", C, "errors", "NVLink retries.")
+DCGM_NVLINK_RECOVERY_ERRORS = _dcgm(
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", C, "errors", "NVLink recovery errors."
+)
+DCGM_NVLINK_BANDWIDTH_L0 = _dcgm("DCGM_FI_DEV_NVLINK_BANDWIDTH_L0", C, "bytes", "NVLink link 0 data, rx and tx.")
+DCGM_SM_ACTIVE = _dcgm("DCGM_FI_PROF_SM_ACTIVE", G, "ratio", "Cycles an SM has at least one warp, 0..1.")
+DCGM_SM_OCCUPANCY = _dcgm("DCGM_FI_PROF_SM_OCCUPANCY", G, "ratio", "Warps resident on an SM, share of its maximum.")
+DCGM_FP64_ACTIVE = _dcgm("DCGM_FI_PROF_PIPE_FP64_ACTIVE", G, "ratio", "FP64 pipes active, 0..1.")
+DCGM_FP32_ACTIVE = _dcgm("DCGM_FI_PROF_PIPE_FP32_ACTIVE", G, "ratio", "FP32 pipes active, 0..1.")
+DCGM_FP16_ACTIVE = _dcgm("DCGM_FI_PROF_PIPE_FP16_ACTIVE", G, "ratio", "FP16 pipes active, 0..1.")
+DCGM_PCIE_TX_THROUGHPUT = _dcgm(
+    "DCGM_FI_DEV_PCIE_TX_THROUGHPUT", C, "KB", "PCIe bytes sent, in KB (older default lists; NVML)."
+)
+DCGM_PCIE_RX_THROUGHPUT = _dcgm(
+    "DCGM_FI_DEV_PCIE_RX_THROUGHPUT", C, "KB", "PCIe bytes received, in KB (older default lists; NVML)."
+)
+
+# DCGM 4.7 added canonical field names in base units (..._CELSIUS, _WATTS, _TOTAL, _HERTZ,
+# _BYTES, _RATIO); dcgm-exporter's lists still configure the names above. Same-unit canonical names
+# are aliases here; the rescaled ones (Hz for MHz, bytes for MiB, ratios for percent) are not, since
+# a query would mix units: a fleet that configures them needs catalog entries of their own.
+# dcgm-exporter's field lists, as shipped in etc/default-counters.csv and etc/dcp-metrics-included.csv
+# (NVIDIA/dcgm-exporter main d5e5f510, 2026-05-12 = 4.5.3-4.8.2; the 4.6.0-4.8.3 release keeps the
+# same lists): "enabled" lines are uncommented in both files, "opt_in" lines are commented out
+# there (a user turns them on), "exporter" are dcgm-exporter's own computed fields.
+# DCGM_FI_DRIVER_VERSION is a label, not a series. tests/unit/test_catalog_upstream.py checks these
+# against the CSV files when DCGM_EXPORTER_ETC points at a dcgm-exporter checkout's etc/.
+DCGM_EXPORTER_RELEASE = "4.6.0-4.8.3 (main d5e5f510)"
+DCGM_EXPORTER_FIELDS: dict[str, tuple[Signal, ...]] = {
+    "enabled": (
+        DCGM_SM_CLOCK, DCGM_MEM_CLOCK, DCGM_MEMORY_TEMP, DCGM_GPU_TEMP, DCGM_POWER_USAGE, DCGM_TOTAL_ENERGY,
+        DCGM_PCIE_REPLAY, DCGM_GPU_UTIL, DCGM_MEM_COPY_UTIL, DCGM_ENC_UTIL, DCGM_DEC_UTIL, DCGM_XID_ERRORS,
+        DCGM_FB_FREE, DCGM_FB_USED, DCGM_FB_RESERVED, DCGM_NVLINK_BANDWIDTH, DCGM_VGPU_LICENSE_STATUS,
+        DCGM_UNCORRECTABLE_REMAPPED_ROWS, DCGM_CORRECTABLE_REMAPPED_ROWS, DCGM_ROW_REMAP_FAILURE,
+        DCGM_GR_ENGINE_ACTIVE, DCGM_TENSOR_ACTIVE, DCGM_DRAM_ACTIVE, DCGM_PCIE_TX_BYTES, DCGM_PCIE_RX_BYTES,
+    ),
+    "opt_in": (
+        DCGM_POWER_VIOLATION, DCGM_THERMAL_VIOLATION, DCGM_SYNC_BOOST_VIOLATION, DCGM_BOARD_LIMIT_VIOLATION,
+        DCGM_LOW_UTIL_VIOLATION, DCGM_RELIABILITY_VIOLATION, DCGM_ECC_SBE_TOTAL, DCGM_ECC_DBE_TOTAL,
+        DCGM_ECC_SBE_AGG, DCGM_ECC_DBE_AGG, DCGM_RETIRED_SBE, DCGM_RETIRED_DBE, DCGM_RETIRED_PENDING,
+        DCGM_NVLINK_CRC_FLIT_ERRORS, DCGM_NVLINK_CRC_DATA_ERRORS, DCGM_NVLINK_REPLAY_ERRORS,
+        DCGM_NVLINK_RECOVERY_ERRORS, DCGM_NVLINK_BANDWIDTH_L0, DCGM_SM_ACTIVE, DCGM_SM_OCCUPANCY,
+        DCGM_FP64_ACTIVE, DCGM_FP32_ACTIVE, DCGM_FP16_ACTIVE, DCGM_PCIE_TX_THROUGHPUT, DCGM_PCIE_RX_THROUGHPUT,
+    ),
+    "exporter": (DCGM_EXP_CLOCK_EVENTS, DCGM_EXP_XID_COUNT, DCGM_EXP_HEALTH, DCGM_EXP_P2P_STATUS),
+}  # fmt: skip
 
 # --- label values that rules and checks select on ------------------------------------------
 
+# dcgmHealthResult values of DCGM_EXP_GPU_HEALTH_STATUS (go-dcgm HealthResult constants).
+DCGM_HEALTH_RESULT = {"pass": 0, "warn": 10, "fail": 20}
 # vLLM's finished_reason values: requests that failed, and those that finished as asked.
 FINISHED_FAILED = ("abort", "error")
 FINISHED_OK = ("stop", "length", "repetition")
@@ -463,22 +817,9 @@ THROTTLE_REASONS = (
 _REQ = ("model_name",)
 _QOS = ("model_name", "tenant", "priority_class")
 
-REQUEST_PREFILL_SECONDS = _own(
-    "kvscope_request_prefill_seconds",
-    H,
-    "seconds",
-    "Per-request prefill time (ms buckets).",
-    *_REQ,
-    buckets=FINE_LATENCY_BUCKETS,
-)
-REQUEST_DECODE_SECONDS = _own(
-    "kvscope_request_decode_seconds",
-    H,
-    "seconds",
-    "Per-request decode time (ms buckets).",
-    *_REQ,
-    buckets=FINE_LATENCY_BUCKETS,
-)
+# Prefill and decode times are vLLM's own (request_prefill/decode_time_seconds): the tuned profile
+# gives them millisecond edges with --custom-histogram-buckets; kvscope keeps histograms only where
+# vLLM has none (per tenant and priority class, the gateway's own time).
 REQUEST_QUEUE_SECONDS = _own(
     "kvscope_request_queue_seconds",
     H,
@@ -658,6 +999,24 @@ GPU_XID_INFO = _own(
     "action",
     "bucket",
 )
+GPU_XID_ESCALATED = _own(
+    "kvscope_gpu_xid_escalated",
+    G,
+    "bool",
+    "1 while an XID repeated on this GPU often enough within the window to escalate its action.",
+    "gpu",
+    "UUID",
+    "xid",
+    "action",
+    "window",
+)
+GPU_XID_SOURCE_UP = _own(
+    "kvscope_gpu_xid_source_up",
+    G,
+    "bool",
+    "1 while this XID source (nvml events, kmsg kernel log) is being read.",
+    "source",
+)
 GPU_CLOCK_EVENT_ACTIVE = _own(
     "kvscope_gpu_clock_event_active",
     G,
@@ -694,6 +1053,22 @@ GPU_TOPOLOGY_LEVEL = _own(
     "level",
 )
 GPU_NUMA_NODE = _own("kvscope_gpu_numa_node", G, "node", "NUMA node of the GPU.", "gpu", "UUID")
+GPU_PEAK_FLOPS = _own(
+    "kvscope_gpu_peak_flops",
+    G,
+    "FLOP/s",
+    "The GPU model's dense BF16 tensor peak (datasheet; kvscope.yaml gpu_models): MFU's denominator.",
+    "gpu",
+    "UUID",
+)
+GPU_MEMORY_BANDWIDTH = _own(
+    "kvscope_gpu_memory_bandwidth_bytes",
+    G,
+    "bytes/s",
+    "The GPU model's memory bandwidth (datasheet; kvscope.yaml gpu_models): the roofline's slope.",
+    "gpu",
+    "UUID",
+)
 GPU_ENGINE_NUMA_NODES = _own(
     "kvscope_gpu_engine_numa_nodes",
     G,

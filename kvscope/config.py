@@ -32,7 +32,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -114,24 +114,35 @@ def _bucket_bound(signal: catalog.Signal, seconds: float) -> float:
     return seconds
 
 
-class TtftSlo(_Objective):
+class _LatencySlo(_Objective):
+    # False: the bound must be an edge of vLLM's default buckets; True: the fleet runs
+    # --custom-histogram-buckets, any bound goes, and KvscopeSLO*BoundNotABucket checks the data
+    custom_buckets: bool = False
+    _histogram: ClassVar[catalog.Signal]
+
+    @model_validator(mode="after")
+    def _bound(self) -> _LatencySlo:
+        seconds = getattr(self, "seconds")  # noqa: B009 - declared by each subclass with its default
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise ValueError(f"seconds must be a positive number, not {seconds:g}")
+        if not self.custom_buckets:
+            try:
+                _bucket_bound(self._histogram, seconds)
+            except ValueError as exc:
+                raise ValueError(f"seconds {exc} (or set custom_buckets: true)") from None
+        return self
+
+
+class TtftSlo(_LatencySlo):
     objective: float = Field(0.99, gt=0, lt=1)
     seconds: float = 2.5
-
-    @field_validator("seconds")
-    @classmethod
-    def _bound(cls, v: float) -> float:
-        return _bucket_bound(catalog.VLLM_TTFT, v)
+    _histogram: ClassVar[catalog.Signal] = catalog.VLLM_TTFT
 
 
-class ItlSlo(_Objective):
+class ItlSlo(_LatencySlo):
     objective: float = Field(0.99, gt=0, lt=1)
     seconds: float = 0.2
-
-    @field_validator("seconds")
-    @classmethod
-    def _bound(cls, v: float) -> float:
-        return _bucket_bound(catalog.VLLM_ITL, v)
+    _histogram: ClassVar[catalog.Signal] = catalog.VLLM_ITL
 
 
 class ErrorSlo(_Objective):
@@ -194,6 +205,9 @@ class Slo(_Strict):
 class Selectors(_Strict):
     engine: str = ""
     gpu: str = ""
+    # the node label of the fleet's dcgm-exporter, for the dashboards' node variable (rules and the
+    # diagnosis read both spellings): hostname since 4.6.0-4.8.3, Hostname before
+    gpu_host_label: Literal[catalog.DCGM_HOST_LABELS] = catalog.DCGM_HOST_LABELS[0]  # type: ignore[valid-type]
 
     @field_validator("engine", "gpu")
     @classmethod
@@ -214,6 +228,8 @@ class GpuModelSetting(_Strict):
     slowdown_temp: float | None = Field(None, gt=0)
     pcie_gen: int | None = Field(None, ge=1, le=6)
     pcie_width: int | None = Field(None, ge=1, le=32)
+    peak_tflops: float | None = Field(None, gt=0)
+    memory_gbps: float | None = Field(None, gt=0)
 
 
 class ConfigFile(_Strict):
@@ -300,6 +316,10 @@ class Config:
     @property
     def gpu_selector(self) -> Selector:
         return Selector.parse(self.file.selectors.gpu)
+
+    @property
+    def gpu_host_label(self) -> str:
+        return self.file.selectors.gpu_host_label
 
     @property
     def gpu_models(self) -> GpuModels:

@@ -7,7 +7,11 @@ test fails when the committed files are stale.
 
 from __future__ import annotations
 
+import importlib.util
+import re
 import sys
+from functools import cache
+from pathlib import Path
 
 from kvscope import catalog, config, paths, thresholds, tuning
 from kvscope.gpu_models import FIELDS, MODELS
@@ -49,6 +53,39 @@ _SECTIONS = (
 )
 
 
+# The layers whose code reads (or, for serving and exporter, writes) catalog entries.
+CONSUMERS = ("serving", "exporter", "diagnosis", "dashboards", "alerts", "drill")
+PASSED_THROUGH = "passed through"
+
+
+@cache
+def consumers() -> dict[str, tuple[str, ...]]:
+    """Signal name -> the layers whose code names its catalog constant (`catalog.X` / `c.X`).
+    Read from the source files, not imported, so the ground does not depend on the floors."""
+    constants = {
+        name: value for name, value in vars(catalog).items() if isinstance(value, catalog.Signal) and name.isupper()
+    }
+    used: dict[str, set[str]] = {}
+    pattern = re.compile(r"\b(?:catalog|c)\.([A-Z][A-Z0-9_]+)\b")
+    for layer in CONSUMERS:
+        spec = importlib.util.find_spec(layer)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        for folder in spec.submodule_search_locations:
+            for path in Path(folder).rglob("*.py"):
+                for constant in pattern.findall(path.read_text()):
+                    if constant in constants:
+                        used.setdefault(constants[constant].name, set()).add(layer)
+    return {name: tuple(layer for layer in CONSUMERS if layer in layers) for name, layers in used.items()}
+
+
+_DCGM_LISTS = {
+    "enabled": "in the default counters",
+    "opt_in": "listed, commented out (opt-in)",
+    "exporter": "an exporter-computed field (opt-in)",
+}
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
@@ -62,14 +99,15 @@ def render() -> str:
         "do not edit by hand.",
         "",
     ]
+    dcgm_lists = {s.name: _DCGM_LISTS[group] for group, fields in catalog.DCGM_EXPORTER_FIELDS.items() for s in fields}
     for source, title, blurb in _SECTIONS:
         out += [
             f"## {title}",
             "",
             blurb,
             "",
-            "| name | type | unit | labels | meaning |",
-            "| --- | --- | --- | --- | --- |",
+            "| name | type | unit | labels | used by | meaning |",
+            "| --- | --- | --- | --- | --- | --- |",
         ]
         for s in catalog.all_signals():
             if s.source is not source:
@@ -79,8 +117,11 @@ def render() -> str:
                 meaning += " Also: " + ", ".join(f"`{a}`" for a in s.aliases) + "."
             if s.legacy:
                 meaning = "**Legacy (V0).** " + meaning
+            if s.name in dcgm_lists:
+                meaning += f" dcgm-exporter {catalog.DCGM_EXPORTER_RELEASE}: {dcgm_lists[s.name]}."
             labels = ", ".join(s.labels)
-            out.append(f"| `{s.name}` | {s.kind} | {_cell(s.unit)} | {labels} | {_cell(meaning)} |")
+            used = ", ".join(consumers().get(s.name, ())) or PASSED_THROUGH
+            out.append(f"| `{s.name}` | {s.kind} | {_cell(s.unit)} | {labels} | {used} | {_cell(meaning)} |")
         out.append("")
     out += [
         "## Thresholds",
@@ -113,6 +154,9 @@ def _config_keys() -> list[str]:
         "requests whose first token comes within the seconds (a bucket bound of vLLM's TTFT histogram) |",
         f"| `slo.itl.objective`, `slo.itl.seconds` | {slo.itl.objective:g}, {slo.itl.seconds:g} | share of output "
         "tokens within the seconds of the previous one (a bucket bound of vLLM's ITL histogram) |",
+        "| `slo.ttft.custom_buckets`, `slo.itl.custom_buckets` | false | the fleet runs vLLM's "
+        "`--custom-histogram-buckets`: any bound is accepted, and `KvscopeSLO*BoundNotABucket` checks that the "
+        "data has it as an edge |",
         f"| `slo.errors.objective` | {slo.errors.objective:g} | share of requests without abort or error |",
         f"| `slo.period` | {slo.period} | the error budget's period |",
         "| `slo.windows` | "
@@ -126,7 +170,7 @@ def _config_keys() -> list[str]:
         f"field: {', '.join(FIELDS)} |",
         "| `gateway` | no keys, one anonymous tenant | `kvscope serve`'s tenants, tiers, limits and QoS "
         "(serving/gateway_config.py) |",
-        "| `export` | 127.0.0.1:9400, no targets | `kvscope export`'s settings, the same keys as its flags |",
+        "| `export` | 127.0.0.1:9408, no targets | `kvscope export`'s settings, the same keys as its flags |",
     ]
     return lines
 
@@ -158,6 +202,7 @@ def render_tuning() -> str:
         ("--block-size past 128K context", tuning.LONG_CONTEXT_BLOCK_SIZE),
     ):
         out.append(_tuning_row(knob, "GPU", number))
+    out.append(_tuning_row("--kv-cache-metrics-sample", "all", tuning.KV_CACHE_METRICS_SAMPLE))
     for name, number in tuning.QOS_DELAY_MS.items():
         out.append(_tuning_row(f"QoS class {name}: delay (ms)", "all", number))
     return "\n".join(out) + "\n"

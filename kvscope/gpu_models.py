@@ -21,22 +21,34 @@ class GpuModel:
     slowdown_temp: float
     pcie_gen: int
     pcie_width: int
+    # the roofline: dense BF16 (FP16 on T4) tensor TFLOP/s without sparsity, and memory GB/s, from
+    # NVIDIA's datasheets (H100 SXM, H200 SXM, A100 SXM4 80GB, L40S, T4, L4); None = unknown
+    peak_tflops: float | None = None
+    memory_gbps: float | None = None
+
+    @property
+    def ridge_flops_per_byte(self) -> float | None:
+        """Arithmetic intensity where the GPU turns from memory- to compute-bound."""
+        if not self.peak_tflops or not self.memory_gbps:
+            return None
+        return self.peak_tflops * 1e12 / (self.memory_gbps * 1e9)
 
 
 MODELS = {
-    "H100": GpuModel("NVIDIA H100 80GB HBM3", 81559, 700, 90, 1980, 1590, 345, 2619, 87, 5, 16),
-    "H200": GpuModel("NVIDIA H200", 143771, 700, 90, 1980, 1590, 345, 3201, 87, 5, 16),
-    "A100": GpuModel("NVIDIA A100-SXM4-80GB", 81920, 400, 60, 1410, 1275, 210, 1593, 87, 4, 16),
-    "L40S": GpuModel("NVIDIA L40S", 46068, 350, 35, 2520, 1110, 210, 9001, 88, 4, 16),
+    "H100": GpuModel("NVIDIA H100 80GB HBM3", 81559, 700, 90, 1980, 1590, 345, 2619, 87, 5, 16, 989.4, 3350),
+    "H200": GpuModel("NVIDIA H200", 143771, 700, 90, 1980, 1590, 345, 3201, 87, 5, 16, 989.4, 4800),
+    "A100": GpuModel("NVIDIA A100-SXM4-80GB", 81920, 400, 60, 1410, 1275, 210, 1593, 87, 4, 16, 312, 2039),
+    "L40S": GpuModel("NVIDIA L40S", 46068, 350, 35, 2520, 1110, 210, 9001, 88, 4, 16, 362.05, 864),
     # inference parts seen on real pages (../shared/real-pages: Tesla T4 at its 70 W cap, L4);
     # slowdown temperatures as nvidia-smi -q -d TEMPERATURE commonly reports them: override per
     # fleet in kvscope.yaml `gpu_models` where a board differs
-    "T4": GpuModel("Tesla T4", 15360, 70, 9, 1590, 585, 300, 5001, 93, 3, 16),
-    "L4": GpuModel("NVIDIA L4", 23034, 72, 16, 2040, 795, 210, 6251, 90, 4, 16),
+    "T4": GpuModel("Tesla T4", 15360, 70, 9, 1590, 585, 300, 5001, 93, 3, 16, 65, 320),
+    "L4": GpuModel("NVIDIA L4", 23034, 72, 16, 2040, 795, 210, 6251, 90, 4, 16, 121, 300),
 }
 
 
 FIELDS = tuple(f.name for f in fields(GpuModel))
+OPTIONAL_FIELDS = ("peak_tflops", "memory_gbps")
 
 
 class GpuModels:
@@ -51,7 +63,7 @@ class GpuModels:
             if short in self.table:
                 self.table[short] = replace(self.table[short], **given)
             else:
-                missing = [f for f in FIELDS if f not in given]
+                missing = [f for f in FIELDS if f not in given and f not in OPTIONAL_FIELDS]
                 if missing:
                     raise ValueError(f"gpu_models.{short}: a new model needs every field; missing {', '.join(missing)}")
                 self.table[short] = GpuModel(**given)

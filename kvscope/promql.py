@@ -393,6 +393,11 @@ def _names(what: Signal | str) -> tuple[str, ...]:
     return names
 
 
+def le(bound: float) -> Matcher:
+    """`le` for a bucket bound, as prometheus_client (5.0) or an older exporter (5) wrote it."""
+    return Matcher("le", "=~", regex_any(sorted({repr(float(bound)), f"{bound:g}"})))
+
+
 def metric(what: Signal | str, selector: Selector | None = None, suffix: str = "") -> Expr:
     """A signal's series under each of its names (current first), e.g. `suffix="_bucket"`."""
     sel = str(selector or "")

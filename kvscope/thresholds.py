@@ -245,6 +245,21 @@ GATEWAY_OVERHEAD_SHARE = Threshold(
     "ratio",
     "Seed 004: over 20 % of latency spent before the engine (protocol, auth, tokenisation).",
 )
+ADMISSION_REJECTION_RATE = Threshold(
+    "admission_rejection_rate",
+    0.01,
+    "requests/s",
+    "vLLM's API server refuses requests once its queue cap (--max-num-queued-reqs / -tokens) is reached: "
+    "every refusal is a client error, so a sustained trickle pages.",
+    for_="2m",
+)
+KV_TRANSFER_FAILURE_RATE = Threshold(
+    "kv_transfer_failure_rate",
+    0.01,
+    "failures/s",
+    "KV transfers (NIXL, offload) failing: the request recomputes its prefill or fails.",
+    for_="5m",
+)
 TARGET_DOWN_FOR = Threshold("target_down", 0.5, "bool", "A scrape target or exporter has not answered.", for_="2m")
 
 

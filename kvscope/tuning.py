@@ -64,6 +64,12 @@ BLOCK_SIZE = Number(32, "seed 000 fix 1.1: 16-token blocks fragmented the pool a
 LONG_CONTEXT_BLOCK_SIZE = Number(
     64, "seed 000 discipline 2: block size by context length, 16 at 32K, 32 at 128K, 64 at 256K", True
 )
+KV_CACHE_METRICS_SAMPLE = Number(  # --kv-cache-metrics-sample, platform-independent
+    0.01,
+    "vLLM 0.32's default (vllm/config/observability.py): 1 % of KV block allocations are tracked, "
+    "to keep the bookkeeping cheap",
+    True,
+)
 # The bulk QoS class's KV lane: long prompts together hold at most this share of the KV pool.
 KV_LANE_SHARE = {
     Platform.HOPPER: Number(0.5, f"{NOT_MEASURED_ON_GPU}: the CPU drill's half of the pool"),

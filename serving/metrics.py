@@ -17,8 +17,6 @@ class ServingMetrics:
 
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
         self.registry = registry
-        self.prefill = histogram(catalog.REQUEST_PREFILL_SECONDS, registry)
-        self.decode = histogram(catalog.REQUEST_DECODE_SECONDS, registry)
         self.queue = histogram(catalog.REQUEST_QUEUE_SECONDS, registry)
         self.ttft = histogram(catalog.REQUEST_TTFT_SECONDS, registry)
         self.gateway_seconds = histogram(catalog.REQUEST_GATEWAY_SECONDS, registry)

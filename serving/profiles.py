@@ -18,6 +18,7 @@ from typing import Any
 import psutil
 
 from kvscope import tuning
+from kvscope.catalog import FINE_LATENCY_BUCKETS
 from kvscope.tuning import Platform, long_prefill_threshold, prefill_budget
 from serving.hardware import Hardware
 
@@ -74,6 +75,10 @@ TRACKED: dict[str, str] = {
     "kv_offloading_size": "KV offload to CPU memory (GiB)",
     "speculative_config": "speculative decoding",
     "enforce_eager": "no graph compilation",
+    "kv_cache_metrics": "KV block residency histograms (lifetime, idle before eviction, reuse gap)",
+    "kv_cache_metrics_sample": "share of KV block allocations the residency histograms track",
+    "custom_histogram_buckets": "bucket bounds replacing vLLM's defaults, per histogram family",
+    "enable_per_request_metrics": "a `metrics` object (queue, TTFT, decode times) in each response",
 }
 
 
@@ -95,6 +100,9 @@ _RESOLVED: dict[str, tuple[str, str]] = {
     "kv_offloading_size": ("cache_config", "kv_offloading_size"),
     "speculative_config": ("", "speculative_config"),
     "enforce_eager": ("model_config", "enforce_eager"),
+    "kv_cache_metrics": ("observability_config", "kv_cache_metrics"),
+    "kv_cache_metrics_sample": ("observability_config", "kv_cache_metrics_sample"),
+    "custom_histogram_buckets": ("observability_config", "custom_histogram_buckets"),
 }
 
 
@@ -140,6 +148,47 @@ def platform_of(hardware: Hardware) -> Platform:
         return Platform.CPU
     hopper = any(g.compute_capability >= (9, 0) for g in hardware.gpus)
     return Platform.HOPPER if hopper else Platform.GPU
+
+
+def phase_histogram_buckets() -> str:
+    """--custom-histogram-buckets: kvscope's millisecond bounds for vLLM's request-phase family."""
+    # `request_latency` is the family of e2e, queue, inference, prefill and decode time; vLLM's
+    # TTFT and inter-token families already start at 1 ms and 10 ms, so they keep their defaults.
+    return json.dumps({"request_latency": list(FINE_LATENCY_BUCKETS)}, separators=(",", ":"))
+
+
+def observability_settings() -> list[Setting]:
+    """What the tuned profile asks vLLM to measure, on every platform."""
+    return [
+        Setting(
+            "kv_cache_metrics",
+            "--kv-cache-metrics",
+            True,
+            "KV block lifetime, idle-before-eviction and reuse-gap histograms: whether blocks are evicted "
+            "while prompts still reuse them (a pool too small for the prefix cache)",
+        ),
+        Setting(
+            "kv_cache_metrics_sample",
+            "--kv-cache-metrics-sample",
+            tuning.KV_CACHE_METRICS_SAMPLE.value,
+            tuning.KV_CACHE_METRICS_SAMPLE.source,
+        ),
+        Setting(
+            "custom_histogram_buckets",
+            "--custom-histogram-buckets",
+            phase_histogram_buckets(),
+            f"vLLM's queue, prefill, decode and e2e histograms start at 0.3 s; kvscope's millisecond bounds "
+            f"({FINE_LATENCY_BUCKETS[0]:g} s to {FINE_LATENCY_BUCKETS[-1]:g} s) resolve fast phases "
+            "and match kvscope's own histograms",
+        ),
+        Setting(
+            "enable_per_request_metrics",
+            "--enable-per-request-metrics",
+            True,
+            "each response carries its own queue, prefill (vLLM calls it TTFT) and decode times "
+            "(docs/diagnosis.md: which clock is right for what)",
+        ),
+    ]
 
 
 def tuned_settings(hardware: Hardware, max_model_len: int | None, draft_model: str | None) -> list[Setting]:
@@ -196,6 +245,7 @@ def tuned_settings(hardware: Hardware, max_model_len: int | None, draft_model: s
             "seed 000 fix 3: QoS by prompt length and tier, with ageing (serving/qos.py)",
         ),
     ]
+    settings += observability_settings()
     if hardware.has_gpu:
         settings.append(
             Setting(

@@ -109,7 +109,21 @@ def parse_vllm_args(argv: list[str]) -> argparse.Namespace:
         raise UsageError(f"engine flags: {exc}") from exc
     except SystemExit as exc:
         raise UsageError("engine flags: see the message above") from exc
+    check_observability(args)
     return args
+
+
+def check_observability(args: argparse.Namespace) -> None:
+    """vLLM validates its observability flags (histogram bounds, sample rate) only when it builds
+    the engine: run the same validation now, so a bad value is a one-line UsageError."""
+    from pydantic import ValidationError
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    try:
+        AsyncEngineArgs.from_cli_args(args).create_observability_config()
+    except ValidationError as exc:
+        reasons = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+        raise UsageError(f"engine flags: {reasons}") from exc
 
 
 def prepare(options: ServeOptions, hardware: Hardware | None = None) -> Prepared:

@@ -1,7 +1,8 @@
 """A vLLM stat-logger plugin adding what vLLM's own metrics lack.
 
-- prefill / decode / queue time histograms with millisecond buckets (vLLM's start at 0.3 s);
-- TTFT and queue time by tenant and QoS class (the gateway's tags, matched by request id);
+- TTFT and queue time by tenant and QoS class, in millisecond buckets (the gateway's tags, matched
+  by request id); prefill and decode times are vLLM's own histograms, which the tuned profile
+  gives millisecond edges (--custom-histogram-buckets);
 - prefix-cache hit rate over a sliding time window, as a gauge;
 - KV capacity in tokens and KV bytes per token, from the engine's configuration.
 
@@ -124,10 +125,6 @@ class KvscopeStatLogger(StatLoggerBase):
         model = self.model_name
         if part.queue_seconds >= 0:
             self.metrics.queue.labels(model, tenant, qos_class).observe(part.queue_seconds)
-        if part.prefill_seconds is not None:
-            self.metrics.prefill.labels(model).observe(part.prefill_seconds)
-        if part.decode_seconds is not None:
-            self.metrics.decode.labels(model).observe(part.decode_seconds)
         if part.ttft_seconds is not None:
             self.metrics.ttft.labels(model, tenant, qos_class).observe(part.ttft_seconds)
         if tag is not None:

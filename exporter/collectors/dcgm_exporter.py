@@ -1,5 +1,15 @@
 """An already-running dcgm-exporter, ingested: its series served as they are, except
-DCGM's "blank" / "not supported" sentinels, which would read as real values."""
+DCGM's "blank" / "not supported" sentinels, which would read as real values.
+
+Beside a local GPU backend (nvml, dcgm, emulated) the same DCGM_* series would be served twice,
+once per source, with different label sets (hostname spellings, dcgm-exporter's
+DCGM_FI_DRIVER_VERSION, pod labels): sums would double. So per GPU (UUID, and GPU_I_ID for a MIG
+instance) and per series name, dcgm-exporter wins: it is the DCGM reading the user deployed on
+purpose, with its Kubernetes pod mapping. The local backend still serves, for those GPUs, the
+DCGM_* series dcgm-exporter does not (e.g. counters its CSV leaves out) and every kvscope_* extra;
+when dcgm-exporter is down, the local backend serves everything again on the next collection.
+`served()` is what the local collectors ask.
+"""
 
 from __future__ import annotations
 
@@ -30,6 +40,11 @@ class DcgmExporterCollector:
         self.url = self.target.url
         self.timeout = timeout
         self.parse_errors = 0
+        self._served: dict[str, set[tuple[str, str]]] = {}
+
+    def served(self) -> dict[str, set[tuple[str, str]]]:
+        """Series name -> (UUID, GPU_I_ID or "") of the devices its last collection served."""
+        return self._served
 
     def collect(self) -> Iterable[Metric]:
         result = scrape(self.target, self.timeout)
@@ -39,7 +54,14 @@ class DcgmExporterCollector:
         errors.add((self.url,), self.parse_errors)
         yield from (up.metric, errors.metric)
         if not result.up:
+            self._served = {}
             raise RuntimeError(f"dcgm-exporter at {self.url}: {result.error}")
+        served: dict[str, set[tuple[str, str]]] = {}
         for family in result.families:
             family.samples = [s for s in family.samples if not is_sentinel(s.value)]
+            for sample in family.samples:
+                uuid = sample.labels.get("UUID") or sample.labels.get("uuid")  # uuid: --use-old-namespace
+                if uuid:
+                    served.setdefault(sample.name, set()).add((uuid, sample.labels.get("GPU_I_ID", "")))
             yield family
+        self._served = served

@@ -5,15 +5,21 @@ reserves up front (gpu_memory_utilization of the card, so a healthy node reads ~
 utilisation, power, temperature and clocks follow token throughput, PCIe traffic follows
 prompt tokens and preemptions. Faults (exporter/faults.py) bend them the way real faults do.
 Every series carries emulated="true".
+
+With a MIG layout (`--emulated-mig 3g.40gb,2g.20gb`) every emulated GPU is in MIG mode the way
+NVML shows one: the GPU keeps its device-level readings but has no utilisation, and each MIG
+instance is a device of its own (GPU_I_PROFILE, GPU_I_ID) with its memory and processes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
@@ -27,6 +33,29 @@ from kvscope.gpu_models import DEFAULT_MODELS, GpuModels, pcie_capacity
 
 _MIB = 1 << 20
 _IDLE, _SW_POWER_CAP, _SW_THERMAL, _HW_THERMAL = 0x1, 0x4, 0x20, 0x40
+_MIG_PROFILE = re.compile(r"(\d)g\.(\d+)gb")
+MIG_SLICES = 7  # compute slices of an H100/H200
+
+
+def parse_mig_layout(layout: str | Sequence[str] | None, memory_mib: float) -> list[tuple[str, int, float]]:
+    """[(profile, compute slices, memory MiB)] of a layout such as "3g.40gb,2g.20gb"; ValueError
+    when a profile is malformed or the layout does not fit one GPU."""
+    if not layout:
+        return []
+    profiles = [p.strip().lower() for p in (layout.split(",") if isinstance(layout, str) else layout) if p.strip()]
+    out = []
+    for profile in profiles:
+        found = _MIG_PROFILE.fullmatch(profile)
+        if found is None:
+            raise ValueError(f"MIG profile {profile!r} is not like 1g.10gb")
+        out.append((profile, int(found.group(1)), int(found.group(2)) * 1024.0))
+    slices, memory = sum(s for _, s, _ in out), sum(m for _, _, m in out)
+    if slices > MIG_SLICES or memory > memory_mib * 1.05:  # profile names round memory up (4g.40gb+3g.40gb: 80 GB)
+        raise ValueError(
+            f"MIG layout {','.join(profiles)} needs {slices} slices and {memory / 1024:.0f} GiB: "
+            f"one GPU has {MIG_SLICES} slices and {memory_mib / 1024:.0f} GiB"
+        )
+    return out
 
 
 @dataclass
@@ -64,10 +93,12 @@ class EmulatedSource:
         xid_counts: XidCounts | None = None,
         clock: Callable[[], float] = time.monotonic,
         models: GpuModels = DEFAULT_MODELS,
+        mig: str | Sequence[str] | None = None,
     ) -> None:
         if model not in models.table:
             raise ValueError(f"unknown emulated GPU model {model!r}: choose one of {', '.join(models.table)}")
         self.model = models[model]
+        self.mig_layout = parse_mig_layout(mig, self.model.memory_mib)
         self.extra_labels = {"emulated": "true"}
         self.engine_samples = engine_samples or dict
         self.xid_counts = xid_counts or XidCounts()
@@ -84,6 +115,20 @@ class EmulatedSource:
                 numa_node=i // per_socket,
             )
             for i in range(count)
+        ]
+        self.mig = [
+            (
+                parent.index,
+                memory,
+                dataclasses.replace(
+                    parent,
+                    mig_profile=profile,
+                    gpu_instance_id=slot + 1,
+                    mig_uuid=f"MIG-e0000000-0000-4000-8000-{parent.index:06d}{slot:06d}",
+                ),
+            )
+            for parent in self.identities
+            for slot, (profile, _slices, memory) in enumerate(self.mig_layout)
         ]
         self._states = [_GpuState() for _ in range(count)]
         self._faults: list[Fault] = []
@@ -136,7 +181,38 @@ class EmulatedSource:
                 engine = engines[identity.index % len(engines)] if engines else None
                 reading = self._gpu(identity.index, state, engine, faults, dt)
                 out.append((identity, reading))
+            out += self._mig_readings(out, engines)
         self._last = out
+        return out
+
+    def _mig_readings(
+        self, gpus: list[tuple[GpuIdentity, GpuReading]], engines: list[EngineActivity]
+    ) -> list[tuple[GpuIdentity, GpuReading]]:
+        """MIG mode: the GPU loses its utilisation and its processes to its instances; the engine
+        runs on each GPU's first instance and takes its memory share of it."""
+        if not self.mig:
+            return []
+        out = []
+        for _identity, reading in gpus:
+            reading.gpu_util = reading.mem_copy_util = None
+        first_process = {ident.index: list(reading.processes) for ident, reading in gpus}
+        for _identity, reading in gpus:
+            reading.processes = []
+        lost = {ident.index for ident, reading in gpus if reading.lost}
+        for parent, memory, identity in self.mig:
+            if parent in lost:
+                continue
+            engine = engines[parent % len(engines)] if engines else None
+            first = identity.gpu_instance_id == 1
+            share = engine.memory_share if first and engine is not None and engine.memory_share else None
+            used = memory * share if share is not None else 256.0
+            processes = first_process.get(parent, []) if first else []
+            out.append(
+                (
+                    identity,
+                    GpuReading(fb_used_mib=used, fb_free_mib=memory - used, fb_reserved_mib=0.0, processes=processes),
+                )
+            )
         return out
 
     def last(self) -> list[tuple[GpuIdentity, GpuReading]]:

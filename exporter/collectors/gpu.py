@@ -2,23 +2,33 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from prometheus_client.core import Metric
 
 from exporter.collectors import GpuSource
 from exporter.exposition import Series
-from exporter.gpu_series import gpu_families
+from exporter.gpu_series import Served, gpu_families
 from kvscope import catalog
 
 
 class GpuCollector:
-    def __init__(self, source: GpuSource) -> None:
+    """`host_label`: the host label's spelling ("" leaves it out). `served`: what an ingested
+    dcgm-exporter already serves, asked on each collection (its devices' series are its own)."""
+
+    def __init__(
+        self,
+        source: GpuSource,
+        host_label: str = catalog.DCGM_HOST_LABELS[0],
+        served: Callable[[], Served] | None = None,
+    ) -> None:
         self.source = source
         self.name = source.backend
+        self.host_label = host_label
+        self.served = served or dict
 
     def collect(self) -> Iterable[Metric]:
-        yield from gpu_families(self.source.read(), self.source.extra_labels)
+        yield from gpu_families(self.source.read(), self.source.extra_labels, self.host_label, self.served())
         info = Series(catalog.GPU_BACKEND_INFO)
         info.add((self.source.backend,), 1.0)
         yield info.metric

@@ -45,14 +45,31 @@ class VllmCollector:
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self.parse_errors: dict[str, int] = dict.fromkeys(self.targets, 0)
-        self.latest: dict[str, list[promtext.Sample]] = {}  # what the emulated GPUs follow
+        self._pages: dict[str, list[Metric]] = {}  # the latest pass: each up target's families
+        self._latest: dict[str, list[promtext.Sample]] | None = {}
+
+    @property
+    def latest(self) -> dict[str, list[promtext.Sample]]:
+        """Each up target's samples from the latest collection (what the emulated GPUs follow),
+        made when first asked: with real GPUs nothing asks, and a page's samples cost as much
+        again as parsing it."""
+        latest = self._latest
+        if latest is None:
+            pages = self._pages
+            latest = {
+                target: [promtext.Sample(s.name, s.labels, s.value) for f in families for s in f.samples]
+                for target, families in pages.items()
+            }
+            if pages is self._pages:  # not replaced meanwhile by a newer pass
+                self._latest = latest
+        return latest
 
     def collect(self) -> Iterable[Metric]:
         results: list[ScrapeResult] = scrape_all(self.scraped, self.timeout, self.max_bytes)
         up, seconds = Series(catalog.TARGET_UP), Series(catalog.TARGET_SCRAPE_SECONDS)
         errors = Series(catalog.EXPORTER_PARSE_ERRORS)
         budgets = Series(catalog.ENGINE_MEMORY_BUDGET)
-        latest: dict[str, list[promtext.Sample]] = {}
+        pages: dict[str, list[Metric]] = {}
         for result in results:
             up.add((result.target,), 1.0 if result.up else 0.0)
             seconds.add((result.target,), result.seconds)
@@ -60,20 +77,21 @@ class VllmCollector:
                 with self._lock:
                     self.parse_errors[result.target] += 1
             if result.up:
-                latest[result.target] = [
-                    promtext.Sample(s.name, dict(s.labels), s.value) for f in result.families for s in f.samples
-                ]
+                pages[result.target] = result.families
                 for family in result.families:
                     yield relabel(family, {"target": result.target})
-                for sample in promtext.select(latest[result.target], catalog.VLLM_CACHE_CONFIG_INFO.name):
-                    budgets.add(
-                        (result.target, sample.labels.get("model_name", ""), sample.labels.get("engine", "")),
-                        _ratio(sample.labels.get("gpu_memory_utilization")),
-                    )
+                    if family.name != catalog.VLLM_CACHE_CONFIG_INFO.name:
+                        continue
+                    for sample in family.samples:
+                        if sample.name == catalog.VLLM_CACHE_CONFIG_INFO.name:
+                            budgets.add(
+                                (result.target, sample.labels.get("model_name", ""), sample.labels.get("engine", "")),
+                                _ratio(sample.labels.get("gpu_memory_utilization")),
+                            )
         with self._lock:
             for target, count in self.parse_errors.items():
                 errors.add((target,), count)
-        self.latest = latest
+        self._pages, self._latest = pages, None
         yield from (up.metric, seconds.metric, errors.metric, budgets.metric)
 
     def close(self) -> None:

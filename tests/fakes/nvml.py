@@ -1,7 +1,10 @@
 """A fake pynvml module: the hardware seam for unit tests.
 
 It carries the real module's exception classes and constants, so the code under test sees
-exactly what nvidia-ml-py raises; only the device functions are scripted.
+exactly what nvidia-ml-py raises; only the device functions are scripted. A GPU given `mig`
+devices is in MIG mode, as NVML shows one: utilisation NotSupported on the parent, MIG device
+handles by slot (NotFound for empty slots), their own memory and processes, and NotSupported for
+device-level readings on a MIG handle.
 """
 
 from __future__ import annotations
@@ -20,6 +23,26 @@ _ERRORS = [n for n in dir(pynvml) if n.startswith("NVMLError")]
 
 
 @dataclass
+class FakeMig:
+    """A MIG device: its own UUID, profile, GPU instance id, memory and processes."""
+
+    uuid: str
+    profile: str
+    gpu_instance_id: int
+    readings: dict[str, Any] = field(default_factory=dict)
+    unsupported: set[str] = field(default_factory=set)
+    parent: FakeGpu | None = None
+
+    @property
+    def lost(self) -> bool:
+        return self.parent is not None and self.parent.lost
+
+    @property
+    def name(self) -> str:
+        return f"{self.parent.name if self.parent else 'NVIDIA'} MIG {self.profile}"
+
+
+@dataclass
 class FakeGpu:
     uuid: str
     name: str = "NVIDIA H100 80GB HBM3"
@@ -27,6 +50,29 @@ class FakeGpu:
     readings: dict[str, Any] = field(default_factory=dict)
     unsupported: set[str] = field(default_factory=set)  # function names raising NotSupported
     lost: bool = False
+    mig: list[FakeMig] = field(default_factory=list)  # MIG devices, by slot (None = an empty slot)
+    answers_under_mig: set[str] = field(default_factory=set)  # readings a driver answers anyway
+
+    def with_mig(self, *profiles: str) -> FakeGpu:
+        """Turn MIG on with these instances (GPU instance ids as H100 numbers them: 1g from 7)."""
+        for slot, profile in enumerate(profiles):
+            gib = int(profile.split(".")[1].removesuffix("gb"))
+            instance = FakeMig(
+                uuid=f"MIG-{self.uuid.removeprefix('GPU-')}-{slot}",
+                profile=profile,
+                gpu_instance_id=[1, 2, 7, 8, 9, 10, 11][slot],
+                readings={
+                    "nvmlDeviceGetMemoryInfo": SimpleNamespace(
+                        total=gib << 30, used=(gib // 2) << 30, free=(gib - gib // 2) << 30, reserved=0
+                    ),
+                    "nvmlDeviceGetComputeRunningProcesses": [
+                        SimpleNamespace(pid=5000 + slot, usedGpuMemory=(gib // 2) << 30)
+                    ],
+                },
+                parent=self,
+            )
+            self.mig.append(instance)
+        return self
 
 
 def default_readings() -> dict[str, Any]:
@@ -98,8 +144,28 @@ class FakeNvml(SimpleNamespace):
     def nvmlDeviceGetUUID(self, h: FakeGpu) -> str:  # noqa: N802
         return h.uuid
 
-    def nvmlDeviceGetName(self, h: FakeGpu) -> str:  # noqa: N802
+    def nvmlDeviceGetName(self, h: FakeGpu | FakeMig) -> str:  # noqa: N802
         return h.name
+
+    # -- MIG
+    def nvmlDeviceGetMigMode(self, h: FakeGpu) -> tuple[int, int]:  # noqa: N802
+        if "nvmlDeviceGetMigMode" in h.unsupported:
+            raise self.error("NVMLError_NotSupported")
+        mode = pynvml.NVML_DEVICE_MIG_ENABLE if h.mig else pynvml.NVML_DEVICE_MIG_DISABLE
+        return mode, mode
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: FakeGpu) -> int:  # noqa: N802
+        return 7 if h.mig else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: FakeGpu, slot: int) -> FakeMig:  # noqa: N802
+        if slot >= len(h.mig) or h.mig[slot] is None:
+            raise self.error("NVMLError_NotFound")
+        return h.mig[slot]
+
+    def nvmlDeviceGetGpuInstanceId(self, h: FakeMig) -> int:  # noqa: N802
+        if not isinstance(h, FakeMig):
+            raise self.error("NVMLError_InvalidArgument")
+        return h.gpu_instance_id
 
     def nvmlDeviceGetPciInfo(self, h: FakeGpu) -> Any:  # noqa: N802
         return SimpleNamespace(busId=h.bus_id.encode())
@@ -109,11 +175,14 @@ class FakeNvml(SimpleNamespace):
             return lambda h, *args: self._read(name, h, *args)
         raise AttributeError(name)
 
-    def _read(self, name: str, h: FakeGpu, *args: Any) -> Any:
+    def _read(self, name: str, h: FakeGpu | FakeMig, *args: Any) -> Any:
         if h.lost:
             raise self.error("NVMLError_GpuIsLost")
         if name in h.unsupported or name not in h.readings:
             raise self.error("NVMLError_NotSupported")
+        under_mig = isinstance(h, FakeGpu) and h.mig and name not in h.answers_under_mig
+        if under_mig and name == "nvmlDeviceGetUtilizationRates":
+            raise self.error("NVMLError_NotSupported")  # no utilisation in MIG mode
         value = h.readings[name]
         if isinstance(value, dict) and args and args[0] in value:
             return value[args[0]]
@@ -150,15 +219,16 @@ class FakeNvml(SimpleNamespace):
         self.event_sets_freed += 1
 
 
-def fake_node(count: int = 2, **kwargs: Any) -> FakeNvml:
-    return FakeNvml(
-        [
-            FakeGpu(
-                uuid=f"GPU-fake-{i}",
-                bus_id=f"00000000:{0x18 + i:02X}:00.0",
-                readings=default_readings(),
-            )
-            for i in range(count)
-        ],
-        **kwargs,
-    )
+def fake_node(count: int = 2, mig: dict[int, list[str]] | None = None, **kwargs: Any) -> FakeNvml:
+    """`count` H100s; `mig` = {gpu index: [profiles]} puts those GPUs in MIG mode."""
+    gpus = [
+        FakeGpu(
+            uuid=f"GPU-fake-{i}",
+            bus_id=f"00000000:{0x18 + i:02X}:00.0",
+            readings=default_readings(),
+        )
+        for i in range(count)
+    ]
+    for index, profiles in (mig or {}).items():
+        gpus[index].with_mig(*profiles)
+    return FakeNvml(gpus, **kwargs)

@@ -154,6 +154,21 @@ def test_once_prints_a_single_scrape(tmp_path):
     assert catalog.HOST_MEMORY_AVAILABLE.name in result.stdout
 
 
+def test_once_with_emulated_mig_writes_instances_and_the_chosen_host_label():
+    result = subprocess.run(
+        [sys.executable, "-m", "kvscope.cli", "export", "--gpu", "emulated", "--emulated-gpus", "1",
+         "--emulated-mig", "3g.40gb,1g.10gb", "--hostname-label", "Hostname", "--once"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    used = [line for line in result.stdout.splitlines() if line.startswith(catalog.DCGM_FB_USED.name + "{")]
+    assert len(used) == 3 and sum('GPU_I_PROFILE="1g.10gb",GPU_I_ID="2",Hostname=' in line for line in used) == 1
+    assert catalog.DCGM_EXP_HEALTH.name in result.stdout and "hostname=" not in result.stdout
+
+
 def test_an_explicit_backend_that_is_not_there_is_one_line_and_exit_69():
     result = subprocess.run(
         [sys.executable, "-m", "kvscope.cli", "export", "--gpu", "nvml", "--once"],

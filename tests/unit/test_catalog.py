@@ -79,11 +79,18 @@ def test_dcgm_series_carry_dcgm_exporter_labels_in_order():
                 "pci_bus_id",
                 "device",
                 "modelName",
-                "Hostname",
+                "hostname",
             )
+
+
+def test_the_host_label_is_spelled_as_the_current_dcgm_exporter_release_and_both_spellings_are_named():
+    # dcgm-exporter 4.6.0-4.8.3 (PR #655) renamed Hostname to hostname; older exporters still write Hostname
+    assert catalog.DCGM_HOST_LABELS == ("hostname", "Hostname")
+    assert catalog.DCGM_GPU_UTIL.labels[5] == catalog.DCGM_HOST_LABELS[0]
+    assert catalog.DCGM_MIG_LABELS == ("GPU_I_PROFILE", "GPU_I_ID")
 
 
 def test_prometheus_client_family_names_drop_the_suffix_it_adds():
     assert catalog.GATEWAY_REJECTIONS.family == "kvscope_gateway_rejections"
     assert catalog.GPU_XID_INFO.family == "kvscope_gpu_xid_info"
-    assert catalog.REQUEST_PREFILL_SECONDS.family == "kvscope_request_prefill_seconds"
+    assert catalog.REQUEST_QUEUE_SECONDS.family == "kvscope_request_queue_seconds"

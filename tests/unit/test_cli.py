@@ -46,7 +46,10 @@ def test_demo_model_prints_the_generated_folder(tmp_path, capsys):
     ("argv", "files"),
     [
         (["alerts", "build"], {"kvscope-rules.yaml", "kvscope-rules.test.yaml", "prometheus-rule.yaml", "runbooks.md"}),
-        (["dashboards", "build"], {"llm-serving-overview.json", "gpu-fleet.json", "triage.json", "tenants-qos.json"}),
+        (
+            ["dashboards", "build"],
+            {"llm-serving-overview.json", "vllm-engines.json", "gpu-fleet.json", "triage.json", "tenants-qos.json"},
+        ),
     ],
 )
 def test_generators_write_into_the_current_folder_outside_a_checkout(tmp_path, monkeypatch, capsys, argv, files):

@@ -55,6 +55,8 @@ def test_a_threshold_takes_a_value_or_a_value_and_a_for(tmp_path):
         ("thresholds: {kv_usage_warning: 0.95}", "kv_usage_warning (0.95) must stay below kv_usage_critical (0.9)"),
         ("slo: {ttft: {objective: 0.9}}", "could never fire"),
         ("slo: {ttft: {seconds: 3}}", "must be a bucket bound of vllm:time_to_first_token_seconds"),
+        ("slo: {itl: {seconds: 0, custom_buckets: true}}", "positive"),
+        ("selectors: {gpu_host_label: HOSTNAME}", "gpu_host_label"),
         ("slo: {errors: {objective: 1}}", "slo.errors.objective"),
         ("slo: {windows: [{severity: critical, long: 2d, short: 5m, factor: 2}]}", "recorded windows"),
         ("selectors: {engine: 'namespace=prod'}", "quoted"),
@@ -121,3 +123,10 @@ def test_config_show_prints_every_value_with_its_source_and_hides_secrets(tmp_pa
         assert secret not in json.dumps(shown)
     assert main(["config", "show", "--config", str(path)]) == exitcodes.OK
     assert "thresholds.kv_usage_critical" in capsys.readouterr().out
+
+
+def test_a_fleet_with_custom_buckets_may_set_any_slo_bound_and_names_its_host_label(tmp_path):
+    text = "slo: {ttft: {seconds: 3, custom_buckets: true}}\nselectors: {gpu_host_label: Hostname}\n"
+    loaded = config.load(write(tmp_path, text))
+    assert loaded.slo.ttft.seconds == 3 and loaded.gpu_host_label == "Hostname"
+    assert config.Config().gpu_host_label == "hostname"  # dcgm-exporter's current spelling

@@ -1,13 +1,17 @@
 """The DCGM backend through fake bindings: watches the catalog's fields, serves them under the
-same names and labels as every backend, skips blanks, fails with one clear line."""
+same names and labels as every backend, skips blanks, fails with one clear line; topology from
+DCGM, else NVML alongside, else none with the reason."""
 
 import pytest
 
 from exporter.collectors.dcgm import DcgmSource, DcgmUnavailable, load_bindings
 from exporter.collectors.gpu import GpuCollector
+from exporter.collectors.topology import TopologyCollector
 from exporter.exposition import render
+from exporter.nvml_api import Nvml
 from kvscope import catalog, promtext
-from tests.fakes.dcgm import FIELD_IDS, bindings
+from tests.fakes.dcgm import FIELD_IDS, TOPOLOGY_NVLINK1, TOPOLOGY_SINGLE, TOPOLOGY_SYSTEM, bindings
+from tests.fakes.nvml import fake_node
 
 
 def test_watches_every_catalog_field_the_installed_dcgm_knows():
@@ -41,3 +45,36 @@ def test_host_engine_down_is_one_clear_error():
 def test_missing_bindings_name_where_they_were_looked_for(tmp_path):
     with pytest.raises(DcgmUnavailable, match=str(tmp_path)):
         load_bindings(str(tmp_path))
+
+
+def _levels(source):
+    samples = promtext.parse(render(TopologyCollector(source).collect()).decode())
+    return {
+        (s.labels["gpu"], s.labels["peer_gpu"]): s.labels["level"]
+        for s in promtext.select(samples, catalog.GPU_TOPOLOGY_LEVEL.name)
+    }
+
+
+def test_topology_comes_from_dcgms_own_topology_call():
+    topology = {(0, 1): TOPOLOGY_NVLINK1 | TOPOLOGY_SINGLE, (0, 2): TOPOLOGY_SYSTEM, (1, 2): TOPOLOGY_SYSTEM}
+    levels = _levels(DcgmSource(bindings({0: {}, 1: {}, 2: {}}, topology=topology)))
+    assert levels[("0", "1")] == "nvlink" and levels[("1", "0")] == "nvlink"
+    assert levels[("0", "2")] == "system" and levels[("2", "1")] == "system"
+
+
+def test_topology_falls_back_to_nvml_alongside_matched_by_uuid():
+    fake = fake_node(2)
+    for i, gpu in enumerate(fake.gpus):
+        gpu.uuid = f"GPU-dcgm-{i}"  # the same GPUs DCGM sees
+    fake.topology = {(0, 1): 50}
+    nvml = Nvml(fake)
+    nvml.init()
+    assert _levels(DcgmSource(bindings({0: {}, 1: {}}), nvml=nvml))[("0", "1")] == "system"
+
+
+def test_without_dcgm_topology_or_nvml_topology_is_absent_with_the_reason(caplog):
+    source = DcgmSource(bindings({0: {}, 1: {}}))
+    with caplog.at_level("WARNING", logger="kvscope.export.dcgm"):
+        assert _levels(source) == {}
+    assert "dcgmGetDeviceTopology" in source.topology_reason and "NVML" in source.topology_reason
+    assert any("topology unavailable" in r.getMessage() for r in caplog.records)

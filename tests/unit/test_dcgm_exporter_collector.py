@@ -30,3 +30,37 @@ def test_dcgm_exporter_series_pass_through_by_name_and_sentinels_are_dropped():
     assert promtext.total(samples, catalog.DCGM_GPU_UTIL.name, Hostname="n1") == 91
     assert not promtext.select(samples, catalog.DCGM_FB_RESERVED.name)  # "not supported", not a value
     assert promtext.total(samples, catalog.TARGET_UP.name) == 1
+
+
+def test_beside_a_local_backend_each_gpus_series_is_served_once_dcgm_exporter_winning():
+    from exporter.collectors.gpu import GpuCollector
+    from exporter.collectors.nvml import NvmlSource
+    from exporter.nvml_api import Nvml
+    from exporter.registry import Exporter
+    from tests.fakes.nvml import fake_node
+
+    fake = fake_node(2)
+    fake.gpus[0].uuid = "GPU-1"  # dcgm-exporter serves GPU 0 (UUID GPU-1); GPU 1 only the local backend
+    nvml = Nvml(fake)
+    nvml.init()
+    server = PageServer(PAGE)
+    try:
+        remote = DcgmExporterCollector(server.url)
+        exporter = Exporter([remote, GpuCollector(NvmlSource(nvml), served=remote.served)], interval=0)
+        samples = promtext.parse(exporter.page().decode())
+        util = promtext.select(samples, catalog.DCGM_GPU_UTIL.name)
+        assert sorted((s.labels["UUID"], s.value) for s in util) == [("GPU-1", 91), ("GPU-fake-1", 87)]
+        # what dcgm-exporter does not serve for that GPU still comes from the local backend
+        assert {s.labels["UUID"] for s in promtext.select(samples, catalog.DCGM_GPU_TEMP.name)} == {
+            "GPU-1",
+            "GPU-fake-1",
+        }
+        assert promtext.select(samples, catalog.GPU_CLOCK_EVENT_ACTIVE.name, UUID="GPU-1")  # kvscope extras too
+        server.close()
+        samples = promtext.parse(exporter.page().decode())  # dcgm-exporter went away: local serves all
+        assert {s.labels["UUID"] for s in promtext.select(samples, catalog.DCGM_GPU_UTIL.name)} == {
+            "GPU-1",
+            "GPU-fake-1",
+        }
+    finally:
+        server.close()

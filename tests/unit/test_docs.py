@@ -31,3 +31,12 @@ def test_metrics_doc_lists_every_signal_and_threshold():
     for signal in catalog.all_signals():
         assert f"`{signal.name}`" in text
     assert "`kv_usage_critical` | 0.9" in text
+
+
+def test_metrics_doc_says_who_reads_each_signal_and_what_is_passed_through():
+    rows = {line.split("|")[1].strip(" `"): line for line in docs.render().splitlines() if line.startswith("| `")}
+    assert "dashboards" in rows[catalog.VLLM_KV_CACHE_USAGE.name].split("|")[5]
+    assert "diagnosis" in rows[catalog.VLLM_KV_CACHE_USAGE.name].split("|")[5]
+    passed = next(iter(catalog.VLLM_PASSED_THROUGH.values()))
+    assert rows[passed.name].split("|")[5].strip() == docs.PASSED_THROUGH
+    assert "in the default counters" in rows[catalog.DCGM_GPU_UTIL.name]

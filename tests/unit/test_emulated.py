@@ -192,3 +192,23 @@ def test_a_fault_on_a_gpu_that_does_not_exist_is_refused(node):
     source, *_ = node
     with pytest.raises(ValueError, match="gpu 7 does not exist: this node has 2 GPUs"):
         source.inject(Fault(gpu=7, fault="thermal"))
+
+
+def test_emulated_mig_serves_each_instance_as_a_device_without_utilisation():
+    engine = Engine()
+    engine.running = 4
+    source = EmulatedSource(2, "H100", engine.samples, XidCounts(), clock=lambda: 0.0, mig="3g.40gb,1g.10gb")
+    samples = read(source)
+    instances = promtext.select(samples, catalog.DCGM_FB_USED.name, gpu="1", GPU_I_PROFILE="1g.10gb")
+    assert len(instances) == 1 and instances[0].labels["emulated"] == "true"
+    assert instances[0].labels["GPU_I_ID"] == "2" and instances[0].labels["UUID"] == source.identities[1].uuid
+    big = one(samples, catalog.DCGM_FB_USED, gpu="0", GPU_I_PROFILE="3g.40gb")
+    assert big == pytest.approx(40 * 1024 * 0.9)  # the engine's memory share of its instance
+    assert not promtext.select(samples, catalog.DCGM_GPU_UTIL.name)  # no utilisation under MIG
+    assert one(samples, catalog.DCGM_POWER_USAGE, gpu="0") > 0  # device-level readings stay, once
+
+
+@pytest.mark.parametrize(("layout", "message"), [("2g", "not like 1g.10gb"), ("7g.80gb,1g.10gb", "needs 8 slices")])
+def test_a_mig_layout_that_does_not_fit_is_refused(layout, message):
+    with pytest.raises(ValueError, match=message):
+        EmulatedSource(1, "H100", mig=layout)

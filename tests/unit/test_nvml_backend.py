@@ -13,10 +13,10 @@ from kvscope import catalog, promtext
 from tests.fakes.nvml import fake_node
 
 
-def scrape(fake) -> list[promtext.Sample]:
+def scrape(fake, **collector) -> list[promtext.Sample]:
     nvml = Nvml(fake)
     nvml.init()
-    return promtext.parse(render(GpuCollector(NvmlSource(nvml)).collect()).decode())
+    return promtext.parse(render(GpuCollector(NvmlSource(nvml), **collector).collect()).decode())
 
 
 def value(samples, signal, **labels):
@@ -40,8 +40,63 @@ def test_series_carry_dcgm_exporter_labels():
     sample = promtext.select(scrape(fake_node(1)), catalog.DCGM_GPU_TEMP.name)[0]
     assert sample.labels["gpu"] == "0" and sample.labels["UUID"] == "GPU-fake-0"
     assert sample.labels["device"] == "nvidia0" and sample.labels["modelName"].startswith("NVIDIA H100")
-    assert sample.labels["pci_bus_id"] == "00000000:18:00.0" and sample.labels["Hostname"]
-    assert "emulated" not in sample.labels
+    assert sample.labels["pci_bus_id"] == "00000000:18:00.0" and sample.labels["hostname"]
+    assert "emulated" not in sample.labels and "Hostname" not in sample.labels
+
+
+def test_dcgm_labels_come_in_dcgm_exporters_order_with_the_current_host_spelling():
+    page = render(GpuCollector(NvmlSource(_nvml(fake_node(1)))).collect()).decode()
+    line = next(x for x in page.splitlines() if x.startswith(catalog.DCGM_GPU_TEMP.name + "{"))
+    names = [pair.split("=")[0] for pair in line[line.index("{") + 1 : line.index("}")].split(",")]
+    assert names == ["gpu", "UUID", "pci_bus_id", "device", "modelName", "hostname"]
+
+
+@pytest.mark.parametrize(
+    ("spelling", "present", "absent"), [("Hostname", "Hostname", "hostname"), ("", None, "hostname")]
+)
+def test_the_host_label_spelling_is_chosen_or_left_out(spelling, present, absent):
+    sample = promtext.select(scrape(fake_node(1), host_label=spelling), catalog.DCGM_GPU_TEMP.name)[0]
+    assert absent not in sample.labels
+    assert present is None or sample.labels[present]
+    assert "Hostname" not in sample.labels or spelling == "Hostname"
+
+
+def _nvml(fake):
+    nvml = Nvml(fake)
+    nvml.init()
+    return nvml
+
+
+def test_mig_instances_are_devices_of_their_own_with_dcgm_exporters_labels():
+    samples = scrape(fake_node(2, mig={0: ["3g.40gb", "1g.10gb"]}))
+    used = promtext.select(samples, catalog.DCGM_FB_USED.name, gpu="0")
+    by_instance = {s.labels.get("GPU_I_ID"): s for s in used}
+    assert set(by_instance) == {None, "1", "2"}  # the GPU itself and its two instances
+    small = by_instance["2"].labels
+    assert small["GPU_I_PROFILE"] == "1g.10gb" and by_instance["1"].labels["GPU_I_PROFILE"] == "3g.40gb"
+    # the parent's identity, as dcgm-exporter writes it: gpu = parent index, UUID = parent UUID
+    assert (small["gpu"], small["UUID"], small["device"]) == ("0", "GPU-fake-0", "nvidia0")
+    assert by_instance["2"].value == 5 * 1024  # the instance's own memory, in MiB
+    names = list(small)
+    assert names.index("modelName") < names.index("GPU_I_PROFILE") < names.index("GPU_I_ID") < names.index("hostname")
+
+
+def test_mig_has_no_utilisation_and_instances_carry_no_device_level_readings():
+    fake = fake_node(2, mig={0: ["3g.40gb", "1g.10gb"]})
+    fake.gpus[0].answers_under_mig.add("nvmlDeviceGetUtilizationRates")  # a driver that answers anyway
+    samples = scrape(fake)
+    assert {s.labels["gpu"] for s in promtext.select(samples, catalog.DCGM_GPU_UTIL.name)} == {"1"}
+    assert not promtext.select(samples, catalog.DCGM_MEM_COPY_UTIL.name, gpu="0")
+    temps = promtext.select(samples, catalog.DCGM_GPU_TEMP.name, gpu="0")
+    assert len(temps) == 1 and "GPU_I_ID" not in temps[0].labels  # served once, on the GPU
+
+
+def test_mig_processes_belong_to_their_instance():
+    nvml = _nvml(fake_node(1, mig={0: ["3g.40gb", "1g.10gb"]}))
+    source = NvmlSource(nvml)
+    source.read()
+    samples = promtext.parse(render(ProcessCollector(source).collect()).decode())
+    assert {s.labels["pid"] for s in promtext.select(samples, catalog.GPU_PROCESS_INFO.name)} == {"5000", "5001"}
 
 
 def test_clock_event_bits_are_decoded_and_pcie_capacity_is_derived():

@@ -4,6 +4,7 @@ import argparse
 
 import pytest
 
+from kvscope.catalog import FINE_LATENCY_BUCKETS
 from serving.hardware import Gpu, Hardware
 from serving.profiles import (
     ProfileError,
@@ -119,3 +120,66 @@ def test_effective_settings_say_where_each_value_came_from():
     assert rows["max_num_batched_tokens"].source == "profile"
     assert rows["kv_cache_memory_bytes"].source == "platform"
     assert rows["max_num_seqs"].source == "vLLM default"
+
+
+def _parsed(profile: str, hardware: Hardware, *flags: str) -> argparse.Namespace:
+    """The profile's flags through vLLM's own parser and validation, as `kvscope serve` runs them."""
+    from serving.server import ServeOptions, parse_vllm_args, vllm_argv
+
+    argv, _, _ = vllm_argv(ServeOptions(profile=profile, engine_flags=flags), "demo", "demo", hardware)
+    return parse_vllm_args(argv)
+
+
+def _buckets(args: argparse.Namespace, family: str) -> list[float]:
+    """The bounds vLLM's Prometheus logger will give a histogram family, from the parsed flags."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.v1.metrics.buckets import histogram_buckets
+
+    observability = AsyncEngineArgs.from_cli_args(args).create_observability_config()
+    return histogram_buckets(family, overrides=observability.custom_histogram_buckets)
+
+
+@pytest.mark.parametrize("hardware", [CPU, H100], ids=["cpu", "h100"])
+def test_tuned_profile_turns_on_vllms_kv_residency_and_per_request_metrics(hardware):
+    args = _parsed("tuned", hardware)
+    assert args.kv_cache_metrics is True and args.kv_cache_metrics_sample == 0.01
+    assert args.enable_per_request_metrics is True and not args.disable_log_stats
+
+
+@pytest.mark.parametrize("hardware", [CPU, H100], ids=["cpu", "h100"])
+def test_tuned_profile_gives_vllms_phase_histograms_kvscopes_millisecond_bounds(hardware):
+    from vllm.v1.metrics.buckets import TIME_TO_FIRST_TOKEN_BUCKETS
+
+    args = _parsed("tuned", hardware)
+    assert _buckets(args, "request_latency") == list(FINE_LATENCY_BUCKETS)  # e2e, queue, prefill, decode
+    assert _buckets(args, "time_to_first_token") == list(TIME_TO_FIRST_TOKEN_BUCKETS)  # already from 1 ms
+
+
+def test_default_profile_keeps_vllms_own_buckets_and_responses():
+    from vllm.v1.metrics.buckets import REQUEST_LATENCY_BUCKETS
+
+    args = _parsed("default", CPU)
+    assert _buckets(args, "request_latency") == list(REQUEST_LATENCY_BUCKETS)
+    assert not args.kv_cache_metrics and not args.enable_per_request_metrics
+
+
+def test_a_flag_after_the_profile_turns_a_measurement_off():
+    args = _parsed("tuned", CPU, "--no-enable-per-request-metrics", "--no-kv-cache-metrics")
+    assert args.enable_per_request_metrics is False and args.kv_cache_metrics is False
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--custom-histogram-buckets", '{"request_latency": [1, 0.5]}'), "must be strictly increasing"),
+        (("--custom-histogram-buckets", '{"prefill": [1]}'), "unknown bucket family 'prefill'"),
+        (("--kv-cache-metrics-sample", "0"), "greater than 0"),
+        (("--disable-log-stats",), "--enable-per-request-metrics requires engine statistics"),
+    ],
+)
+def test_bad_observability_flags_are_refused_before_the_engine_loads(flags, message):
+    from serving.server import UsageError
+
+    with pytest.raises(UsageError, match=message) as refused:
+        _parsed("tuned", CPU, *flags)
+    assert "\n" not in str(refused.value)

@@ -88,19 +88,27 @@ def test_finished_requests_are_attributed_to_their_tenant_and_class():
         )
         == 1
     )
-    assert value(catalog.REQUEST_PREFILL_SECONDS, "_count", model_name="m") == 2
+    assert value(catalog.REQUEST_QUEUE_SECONDS, "_count", model_name="m", tenant="none", priority_class="none") == 1
     assert value(catalog.GATEWAY_TOKENS, "_total", tenant="acme", kind="completion") == 5
     assert value(catalog.CACHE_PREFIX_HIT_RATIO, model_name="m") == 0.75
     assert len(seen) == 1 and seen[0].generation_tokens == 5
 
 
-def test_millisecond_buckets_resolve_what_vllms_cannot():
+def test_millisecond_buckets_resolve_what_vllms_default_buckets_cannot():
     registry = CollectorRegistry()
     logger = KvscopeStatLogger(CONFIG, metrics=ServingMetrics(registry), tags=RequestTags())
     iteration = IterationStats()
-    iteration.finished_requests = [_stats("r", prefill=0.004)]
+    iteration.finished_requests = [_stats("r", prefill=0.004)]  # queued 2 ms, first token after 20 ms
     logger.record(None, iteration)
-    below_5ms = registry.get_sample_value(
-        catalog.REQUEST_PREFILL_SECONDS.family + "_bucket", {"model_name": "m", "le": "0.005"}
-    )
-    assert below_5ms == 1  # vLLM's smallest prefill bucket is 0.3 s
+
+    def at_most(signal, bound: str) -> float | None:
+        labels = {"model_name": "m", "tenant": "none", "priority_class": "none", "le": bound}
+        return registry.get_sample_value(signal.family + "_bucket", labels)
+
+    assert at_most(catalog.REQUEST_QUEUE_SECONDS, "0.0025") == 1  # vLLM's default lowest bucket: 0.3 s
+    assert at_most(catalog.REQUEST_TTFT_SECONDS, "0.02") == 1 and at_most(catalog.REQUEST_TTFT_SECONDS, "0.01") == 0
+
+
+def test_prefill_and_decode_are_left_to_vllms_own_histograms():
+    names = {m.name for m in ServingMetrics(CollectorRegistry()).registry.collect()}
+    assert not any("prefill" in n or "decode" in n for n in names)

@@ -44,6 +44,29 @@ def test_series_are_re_exposed_unchanged_with_a_target_label(healthy):
     assert promtext.total(samples, catalog.TARGET_UP.name, target=healthy.url) == 1
 
 
+def test_the_emulated_gpus_follow_each_up_targets_own_samples(healthy):
+    dead = "http://127.0.0.1:9/metrics"
+    collector = VllmCollector([healthy.url, dead])
+    assert collector.latest == {}
+    list(collector.collect())
+    assert set(collector.latest) == {healthy.url}
+    kv = promtext.select(collector.latest[healthy.url], catalog.VLLM_KV_CACHE_USAGE.name)
+    assert [(s.labels, s.value) for s in kv] == [({"engine": "0", "model_name": "m"}, 0.42)]
+    assert promtext.total(collector.latest[healthy.url], catalog.VLLM_NUM_PREEMPTIONS.name) == 7
+    assert not any(s.name.endswith("_created") for s in collector.latest[healthy.url])
+
+
+def test_a_page_that_has_a_target_label_keeps_it_as_exported_target():
+    page = f'# TYPE {catalog.VLLM_KV_CACHE_USAGE.name} gauge\n{catalog.VLLM_KV_CACHE_USAGE.name}{{target="a",engine="0"}} 0.5\n'
+    server = PageServer(page)
+    try:
+        samples = promtext.parse(render(VllmCollector([server.url]).collect()).decode())
+    finally:
+        server.close()
+    (kv,) = promtext.select(samples, catalog.VLLM_KV_CACHE_USAGE.name)
+    assert kv.labels == {"target": server.url, "engine": "0", "exported_target": "a"}
+
+
 def test_a_dead_target_costs_only_its_own_series(healthy):
     dead = "http://127.0.0.1:9/metrics"
     samples = promtext.parse(render(VllmCollector([healthy.url, dead]).collect()).decode())
