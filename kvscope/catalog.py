@@ -40,6 +40,8 @@ class Signal:
     legacy: bool = False  # removed upstream: read from old deployments, never written
     # bucket bounds: what kvscope writes, or (vLLM) the upstream defaults an SLO must align with
     buckets: tuple[float, ...] = ()
+    # what makes the source write it at all (a flag, a connector, a model kind); "" = always
+    condition: str = ""
 
     @property
     def family(self) -> str:
@@ -111,8 +113,9 @@ def _vllm(
     aliases: tuple[str, ...] = (),
     legacy: bool = False,
     buckets: tuple[float, ...] = (),
+    condition: str = "",
 ) -> Signal:
-    return Signal(name, kind, unit, help_, Source.VLLM, (*_VLLM, *labels), aliases, legacy, buckets)
+    return Signal(name, kind, unit, help_, Source.VLLM, (*_VLLM, *labels), aliases, legacy, buckets, condition)
 
 
 def _dcgm(name: str, kind: Kind, unit: str, help_: str, *labels: str, aliases: tuple[str, ...] = ()) -> Signal:
@@ -203,12 +206,14 @@ VLLM_EXTERNAL_PREFIX_CACHE_QUERIES = _vllm(
     C,
     "tokens",
     "External (KV connector) prefix-cache lookups (tokens).",
+    condition="a KV connector",
 )
 VLLM_EXTERNAL_PREFIX_CACHE_HITS = _vllm(
     "vllm:external_prefix_cache_hits_total",
     C,
     "tokens",
     "External (KV connector) prefix-cache hits (tokens).",
+    condition="a KV connector",
 )
 VLLM_ADMISSION_REJECTIONS = Signal(
     "vllm:admission_rejections_total",
@@ -218,12 +223,14 @@ VLLM_ADMISSION_REJECTIONS = Signal(
     "--max-num-queued-tokens); the client got an error. No engine label.",
     Source.VLLM,
     ("model_name", "reason"),
+    condition="--max-num-queued-reqs or --max-num-queued-tokens",
 )
 VLLM_CORRUPTED_REQUESTS = _vllm(
     "vllm:corrupted_requests_total",
     C,
     "requests",
     "Requests whose logits held NaNs (only with VLLM_COMPUTE_NANS_IN_LOGITS=1): wrong output was served.",
+    condition="VLLM_COMPUTE_NANS_IN_LOGITS=1",
 )
 VLLM_PROMPT_TOKENS_CACHED_BY_SOURCE = _vllm(
     "vllm:prompt_tokens_cached_by_source_total",
@@ -238,9 +245,14 @@ VLLM_REQUESTS_KV_FETCH_BY_STAGE = _vllm(
     "requests",
     "Waiting requests by async KV-load stage (waiting_to_start, in_progress, completed_waiting); KV consumers only.",
     "stage",
+    condition="a KV consumer (P/D decode side, offload loads)",
 )
-VLLM_MM_CACHE_QUERIES = _vllm("vllm:mm_cache_queries_total", C, "items", "Multi-modal cache lookups (items).")
-VLLM_MM_CACHE_HITS = _vllm("vllm:mm_cache_hits_total", C, "items", "Multi-modal cache hits (items).")
+VLLM_MM_CACHE_QUERIES = _vllm(
+    "vllm:mm_cache_queries_total", C, "items", "Multi-modal cache lookups (items).", condition="a multimodal model"
+)
+VLLM_MM_CACHE_HITS = _vllm(
+    "vllm:mm_cache_hits_total", C, "items", "Multi-modal cache hits (items).", condition="a multimodal model"
+)
 VLLM_LORA_REQUESTS_INFO = Signal(
     "vllm:lora_requests_info",
     G,
@@ -248,6 +260,7 @@ VLLM_LORA_REQUESTS_INFO = Signal(
     "LoRA adapters running and waiting, as labels (value: wall-clock time of the update).",
     Source.VLLM,
     ("model_name", "max_lora", "running_lora_adapters", "waiting_lora_adapters"),
+    condition="LoRA adapters",
 )
 # MFU estimates (--enable-mfu-metrics; vllm/v1/metrics/perf.py): analytic, from the model's shape
 # per scheduled step, not hardware counters. Their names end in _total in vLLM's own code.
@@ -256,23 +269,34 @@ VLLM_ESTIMATED_FLOPS = _vllm(
     C,
     "FLOP",
     "Estimated floating-point operations per GPU (MFU: rate / the GPU's peak).",
+    condition="--enable-mfu-metrics",
 )
 VLLM_ESTIMATED_READ_BYTES = _vllm(
     "vllm:estimated_read_bytes_per_gpu_total",
     C,
     "bytes",
     "Estimated bytes read from GPU memory per GPU (HBM traffic against the GPU's bandwidth).",
+    condition="--enable-mfu-metrics",
 )
 VLLM_ESTIMATED_WRITE_BYTES = _vllm(
     "vllm:estimated_write_bytes_per_gpu_total",
     C,
     "bytes",
     "Estimated bytes written to GPU memory per GPU.",
+    condition="--enable-mfu-metrics",
 )
-VLLM_SPEC_DECODE_DRAFTS = _vllm("vllm:spec_decode_num_drafts_total", C, "drafts", "Speculative-decoding drafts.")
-VLLM_SPEC_DECODE_DRAFT_TOKENS = _vllm("vllm:spec_decode_num_draft_tokens_total", C, "tokens", "Draft tokens proposed.")
+VLLM_SPEC_DECODE_DRAFTS = _vllm(
+    "vllm:spec_decode_num_drafts_total", C, "drafts", "Speculative-decoding drafts.", condition="speculative decoding"
+)
+VLLM_SPEC_DECODE_DRAFT_TOKENS = _vllm(
+    "vllm:spec_decode_num_draft_tokens_total", C, "tokens", "Draft tokens proposed.", condition="speculative decoding"
+)
 VLLM_SPEC_DECODE_ACCEPTED_TOKENS = _vllm(
-    "vllm:spec_decode_num_accepted_tokens_total", C, "tokens", "Draft tokens accepted."
+    "vllm:spec_decode_num_accepted_tokens_total",
+    C,
+    "tokens",
+    "Draft tokens accepted.",
+    condition="speculative decoding",
 )
 VLLM_SPEC_DECODE_ACCEPTED_PER_POS = _vllm(
     "vllm:spec_decode_num_accepted_tokens_per_pos_total",
@@ -280,6 +304,7 @@ VLLM_SPEC_DECODE_ACCEPTED_PER_POS = _vllm(
     "tokens",
     "Draft tokens accepted per draft position.",
     "position",
+    condition="speculative decoding",
 )
 
 VLLM_TTFT = _vllm(
@@ -361,6 +386,7 @@ VLLM_KV_BLOCK_LIFETIME = _vllm(
     "seconds",
     "KV block lifetime from allocation to eviction (short: the pool is too small).",
     buckets=VLLM_KV_RESIDENCY_BUCKETS,
+    condition="--kv-cache-metrics",
 )
 VLLM_KV_BLOCK_IDLE_BEFORE_EVICT = _vllm(
     "vllm:kv_block_idle_before_evict_seconds",
@@ -368,6 +394,7 @@ VLLM_KV_BLOCK_IDLE_BEFORE_EVICT = _vllm(
     "seconds",
     "Idle time of a KV block before it was evicted (short: evicted while still warm).",
     buckets=VLLM_KV_RESIDENCY_BUCKETS,
+    condition="--kv-cache-metrics",
 )
 VLLM_KV_BLOCK_REUSE_GAP = _vllm(
     "vllm:kv_block_reuse_gap_seconds",
@@ -375,56 +402,104 @@ VLLM_KV_BLOCK_REUSE_GAP = _vllm(
     "seconds",
     "Time between consecutive accesses of a KV block (the prefix cache's reuse distance).",
     buckets=VLLM_KV_RESIDENCY_BUCKETS,
+    condition="--kv-cache-metrics",
 )
 
 # KV connectors (only when configured): NIXL (P/D disaggregation) and the offloading connector.
-VLLM_NIXL_XFER_TIME = _vllm("vllm:nixl_xfer_time_seconds", H, "seconds", "NIXL KV transfer duration.")
-VLLM_NIXL_BYTES = _vllm("vllm:nixl_bytes_transferred", H, "bytes", "Bytes per NIXL KV transfer.")
+VLLM_NIXL_XFER_TIME = _vllm(
+    "vllm:nixl_xfer_time_seconds", H, "seconds", "NIXL KV transfer duration.", condition="the NIXL KV connector"
+)
+VLLM_NIXL_BYTES = _vllm(
+    "vllm:nixl_bytes_transferred", H, "bytes", "Bytes per NIXL KV transfer.", condition="the NIXL KV connector"
+)
 VLLM_NIXL_FAILED_TRANSFERS = _vllm(
     "vllm:nixl_num_failed_transfers_total",
     C,
     "transfers",
     "Failed NIXL KV transfers, including handshake and notification failures.",
+    condition="the NIXL KV connector",
 )
 VLLM_NIXL_EXPIRED_REQUESTS = _vllm(
     "vllm:nixl_num_kv_expired_reqs_total",
     C,
     "requests",
     "Requests whose KV lease expired before the decode side fetched it (prefill instance).",
+    condition="the NIXL KV connector",
 )
 VLLM_NIXL_NOTIFICATIONS_AFTER_EXPIRY = _vllm(
     "vllm:nixl_num_notifications_after_expiry_total",
     C,
     "notifications",
     "Completion notifications for expired requests: the KV blocks may have been reused mid-transfer.",
+    condition="the NIXL KV connector",
 )
 VLLM_KV_OFFLOAD_LOAD_BYTES = _vllm(
-    "vllm:kv_offload_load_bytes_total", C, "bytes", "Bytes loaded from offload storage to the GPU."
+    "vllm:kv_offload_load_bytes_total",
+    C,
+    "bytes",
+    "Bytes loaded from offload storage to the GPU.",
+    condition="the offloading KV connector",
 )
 VLLM_KV_OFFLOAD_STORE_BYTES = _vllm(
-    "vllm:kv_offload_store_bytes_total", C, "bytes", "Bytes stored from the GPU to offload storage."
+    "vllm:kv_offload_store_bytes_total",
+    C,
+    "bytes",
+    "Bytes stored from the GPU to offload storage.",
+    condition="the offloading KV connector",
 )
 VLLM_KV_OFFLOAD_LOAD_TIME = _vllm(
-    "vllm:kv_offload_load_time_total", C, "seconds", "Time spent loading from offload storage."
+    "vllm:kv_offload_load_time_total",
+    C,
+    "seconds",
+    "Time spent loading from offload storage.",
+    condition="the offloading KV connector",
 )
 VLLM_KV_OFFLOAD_STORE_TIME = _vllm(
-    "vllm:kv_offload_store_time_total", C, "seconds", "Time spent storing to offload storage."
+    "vllm:kv_offload_store_time_total",
+    C,
+    "seconds",
+    "Time spent storing to offload storage.",
+    condition="the offloading KV connector",
 )
 VLLM_KV_OFFLOAD_ALLOCATION_FAILURES = _vllm(
     "vllm:kv_offload_allocation_failure_total",
     C,
     "failures",
     "KV offload store allocations that failed (the offload tier is full).",
+    condition="the offloading KV connector",
 )
-VLLM_KV_OFFLOAD_CPU_USAGE = _vllm("vllm:kv_offload_cpu_cache_usage_perc", G, "ratio", "CPU offload tier in use, 0..1.")
+VLLM_KV_OFFLOAD_CPU_USAGE = _vllm(
+    "vllm:kv_offload_cpu_cache_usage_perc",
+    G,
+    "ratio",
+    "CPU offload tier in use, 0..1.",
+    condition="the offloading KV connector (CPU tier)",
+)
 
 
 # Registered by vLLM 0.32 but read by no kvscope consumer: catalogued so that the exporter
 # passes them through knowingly and a vLLM upgrade that adds a name fails
 # tests/unit/test_catalog.py until it is placed. (KVCR tiering names come from the external
 # `kvcr` package and are not known here.)
+_PASSED_CONDITIONS = {  # name prefix -> what makes vLLM register it (the longest prefix wins)
+    "vllm:watermark_": "watermark_config",
+    "vllm:diffusion_": "a diffusion language model",
+    "vllm:nixl_": "the NIXL KV connector",
+    "vllm:kv_offload_": "the offloading KV connector",
+    "vllm:simple_kv_offload_": "SimpleCPUOffloadConnector",
+    "vllm:hisparse_": "the HiSparse KV connector",
+    "vllm:mooncake_": "the Mooncake store KV connector",
+    "vllm:hf3fs_": "the HF3FS KV connector",
+    "vllm:sleep_mode_": "sleep mode (dev routes)",
+    "vllm:rl_weight_": "RL weight updates",
+    "vllm:tool_call_parser_": "a tool-call parser",
+    "vllm:websocket_": "the realtime API",
+}
+
+
 def _passed(name: str, kind: Kind, unit: str, help_: str, *labels: str, base: tuple[str, ...] = _VLLM) -> Signal:
-    return Signal(name, kind, unit, help_, Source.VLLM, (*base, *labels))
+    prefix = max((p for p in _PASSED_CONDITIONS if name.startswith(p)), key=len)
+    return Signal(name, kind, unit, help_, Source.VLLM, (*base, *labels), condition=_PASSED_CONDITIONS[prefix])
 
 
 VLLM_PASSED_THROUGH = {

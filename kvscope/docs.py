@@ -117,6 +117,8 @@ def render() -> str:
                 meaning += " Also: " + ", ".join(f"`{a}`" for a in s.aliases) + "."
             if s.legacy:
                 meaning = "**Legacy (V0).** " + meaning
+            if s.condition:
+                meaning += f" Only with {s.condition}."
             if s.name in dcgm_lists:
                 meaning += f" dcgm-exporter {catalog.DCGM_EXPORTER_RELEASE}: {dcgm_lists[s.name]}."
             labels = ", ".join(s.labels)
