@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from alerts import definitions as d
-from alerts import engine_faults
+from alerts import deploy, engine_faults
 from alerts.definitions import Case
 from alerts.templates import render
 from kvscope import catalog
@@ -226,28 +226,22 @@ def _dump(data: dict[str, Any]) -> str:
     return yaml.safe_dump(data, sort_keys=False, width=1000, allow_unicode=True)
 
 
-def render_all(config: Config | None = None, runbook_base: str = d.RUNBOOK_BASE) -> dict[str, str]:
-    """File name -> content: the rule file, its promtool tests, the PrometheusRule resource."""
-    rules, alerts = build_rules(config, runbook_base)
-    operator = {
-        "apiVersion": "monitoring.coreos.com/v1",
-        "kind": "PrometheusRule",
-        "metadata": {
-            "name": "kvscope",
-            "namespace": "monitoring",
-            "labels": {"app.kubernetes.io/name": "kvscope", "release": "kube-prometheus-stack"},
-        },
-        "spec": rules,
-    }
+def render_all(config: Config | None = None, runbook_base: str | None = None) -> dict[str, str]:
+    """File name -> content: the rule file, its promtool tests, the PrometheusRule resource (in
+    kvscope.yaml's deploy namespace, with its labels). `runbook_base` None: deploy.runbook_base,
+    else this release's docs/runbooks.md."""
+    config = config or Config()
+    base = deploy.runbook_base(config, runbook_base)
+    rules, alerts = build_rules(config, base)
     return {
         RULES_FILE: HEADER + _dump(rules),
-        TESTS_FILE: HEADER + _dump(build_tests(alerts, runbook_base)),
-        OPERATOR_FILE: HEADER + _dump(operator),
+        TESTS_FILE: HEADER + _dump(build_tests(alerts, base)),
+        OPERATOR_FILE: HEADER + _dump(deploy.prometheus_rule(config, rules)),
     }
 
 
 def write(
-    out: Path, config: Config | None = None, runbook_base: str = d.RUNBOOK_BASE, operator_dir: Path | None = None
+    out: Path, config: Config | None = None, runbook_base: str | None = None, operator_dir: Path | None = None
 ) -> list[Path]:
     """Write the three files into `out` (the PrometheusRule into `operator_dir` when given)."""
     written = []

@@ -12,6 +12,7 @@ GPUXIDError, VLLMQueueBacklog, TTFTHigh) is here under kvscope's names, with the
 
 from __future__ import annotations
 
+import importlib.metadata
 import itertools
 import math
 import re
@@ -30,7 +31,9 @@ ENGINE = ("namespace", "pod", "instance", "target", "model_name")
 # both host spellings (dcgm-exporter renamed Hostname to hostname): grouping by an absent label
 # is a no-op, so one rule serves old and new exporters
 GPU_BY = ("instance", *c.DCGM_HOST_LABELS, "gpu")
-HOST = "".join(f"{{{{ $labels.{label} }}}}" for label in c.DCGM_HOST_LABELS)  # whichever is set
+# the node in a description: whichever host label is set, else the scrape target (kvscope's own
+# GPU series carry no host label)
+HOST = "{{ or " + " ".join(f"$labels.{label}" for label in (*c.DCGM_HOST_LABELS, "instance")) + " }}"
 # what slows requests down: the incidents a latency or queue alert can be a symptom of
 LATENCY = (
     "kv_cache_exhaustion",
@@ -45,7 +48,15 @@ LATENCY = (
     "decode_bandwidth_bound",
     "gateway_overhead",
 )
-RUNBOOK_BASE = "https://github.com/kvscope/kvscope/blob/main/docs/runbooks.md"
+# This repository's home, and its docs/runbooks.md as of the release that generated the rules: a
+# runbook_url opens the section written with that very rule (main may have moved on). A fork or a
+# mirror sets kvscope.yaml's deploy.runbook_base (or --runbook-base).
+REPOSITORY = "https://github.com/kvscope/kvscope"
+try:
+    VERSION = importlib.metadata.version("kvscope")
+except importlib.metadata.PackageNotFoundError:  # run from a bare source tree
+    VERSION = "0.0.0"
+RUNBOOK_BASE = f"{REPOSITORY}/blob/v{VERSION}/docs/runbooks.md"
 
 # The test fixtures: one engine and one GPU, labelled as real exporters label them.
 E_LABELS = {"namespace": "prod", "pod": "vllm-0", "instance": "10.0.0.1:8000", "model_name": "m"}

@@ -26,6 +26,9 @@ def render(template: str, labels: dict[str, str], value: float, external_url: st
             return external_url
         if expr.startswith("$labels."):
             return labels.get(expr.removeprefix("$labels."), "")
+        if expr.startswith("or "):  # Go's `or`: the first non-empty argument (labels only here)
+            names = [a.removeprefix("$labels.") for a in expr.split()[1:] if a.startswith("$labels.")]
+            return next((labels[n] for n in names if labels.get(n)), "")
         if expr.startswith("$value"):
             _, _, pipe = expr.partition("|")
             return _format(value, pipe) if pipe else repr(value)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import io
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from diagnosis.webhook_config import WebhookConfig
 from kvscope import exitcodes
 from kvscope.cli_support import ConfigOption, choice, fail, load_config
+
+if TYPE_CHECKING:
+    from diagnosis.verdict import Diagnosis
 
 CONFIG_SECTION = ("webhook", WebhookConfig)  # its part of kvscope.yaml, for `kvscope config show`
 app = typer.Typer()
@@ -56,7 +60,10 @@ def diagnose(
     interval: Annotated[
         str, typer.Option(help="--scrape: how long to watch (counters rated over it, gauges sampled every second).")
     ] = "10s",
-    output_format: Annotated[str, typer.Option("--format", help="text | json | markdown")] = "text",
+    output_format: Annotated[
+        str, typer.Option("--format", help="text | json | markdown | html (one self-contained page)")
+    ] = "text",
+    out: Annotated[Path | None, typer.Option(help="Write the report to this file instead of stdout.")] = None,
     save_bundle: Annotated[Path | None, typer.Option(help="Also save the evidence to this file.")] = None,
     forward: Annotated[str | None, typer.Option(help="--listen: POST each report (JSON) to this URL.")] = None,
     reports_dir: Annotated[Path | None, typer.Option(help="--listen: keep reports here.")] = None,
@@ -72,7 +79,9 @@ def diagnose(
         fail("diagnose", f"give exactly one of --prometheus, --scrape, --bundle (got {' and '.join(chosen) or 'none'})")
     if listen and bundle:
         fail("diagnose", "--listen diagnoses live alerts: use it with --prometheus or --scrape")
-    choice("diagnose", "--format", output_format, ("text", "json", "markdown"))
+    choice("diagnose", "--format", output_format, ("text", "json", "markdown", "html"))
+    if listen and out:
+        fail("diagnose", "--out writes one report: the webhook (--listen) keeps its reports (--reports-dir)")
     try:
         headers = dict(_header(h) for h in header or [])
         fields = {
@@ -122,18 +131,47 @@ def diagnose(
         result = run(request)
     except SourceError as exc:
         typer.echo(f"kvscope diagnose: {exc}", err=True)
-        if output_format == "json":
-            typer.echo(report.to_json(undiagnosable(request, str(exc))))
+        if output_format in ("json", "html"):
+            _emit(_render(output_format, undiagnosable(request, str(exc)), None), out)
         raise typer.Exit(exitcodes.UNDIAGNOSABLE) from None
-    if output_format == "json":
-        typer.echo(report.to_json(result))
-    elif output_format == "markdown":
-        typer.echo(report.render_markdown(result), nl=False)
-    else:
+    history = None
+    if output_format == "html":
+        from diagnosis import history as histories
+
+        history = histories.fetch(request, result)
+    if output_format == "text" and out is None:
         from rich.console import Console
 
-        report.render_text(result, Console())
+        report.render_text(result, Console())  # the terminal's own width and colours
+    else:
+        _emit(_render(output_format, result, history), out)
     raise typer.Exit(result.exit_code)
+
+
+def _render(output_format: str, result: Diagnosis, history: dict[str, Any] | None) -> str:
+    from diagnosis import report
+
+    if output_format == "json":
+        return report.to_json(result) + "\n"
+    if output_format == "markdown":
+        return report.render_markdown(result)
+    if output_format == "html":
+        return report.render_html(result, history)
+    from rich.console import Console
+
+    buffer = io.StringIO()
+    report.render_text(result, Console(file=buffer, width=120, color_system=None))
+    return buffer.getvalue()
+
+
+def _emit(text: str, out: Path | None) -> None:
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        out.write_text(text)
+    except OSError as exc:
+        fail("diagnose", f"cannot write --out {out}: {exc.strerror}")
 
 
 def _read_token(path: Path) -> str:

@@ -213,3 +213,14 @@ def render_markdown(d: Diagnosis) -> str:
     if d.missing:
         lines += ["", f"Missing: {', '.join(d.missing)}"]
     return "\n".join(lines) + "\n"
+
+
+def render_html(d: Diagnosis, history: dict[str, Any] | None = None) -> str:
+    """One self-contained HTML page (diagnosis/report_html.py); `history` (diagnosis/history.py)
+    plots each evidence over time, without it each value is drawn against its threshold."""
+    from diagnosis import report_html
+
+    data = to_dict(d)
+    if history is not None:
+        data["history"] = history
+    return report_html.render(data)

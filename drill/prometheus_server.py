@@ -35,8 +35,10 @@ def write_config(
     interval: str = "2s",
     rule_files: Sequence[Path] = (),
     evaluation_interval: str | None = None,
+    alertmanagers: Sequence[str] = (),
 ) -> Path:
-    """A prometheus.yml scraping `jobs` (name -> host:port targets) every `interval`."""
+    """A prometheus.yml scraping `jobs` (name -> host:port targets) every `interval`, sending
+    its alerts to `alertmanagers` (host:port)."""
     config: dict[str, Any] = {
         "global": {
             "scrape_interval": interval,
@@ -50,6 +52,10 @@ def write_config(
     if rule_files:
         # Prometheus reads relative rule paths from the config file's folder, not the caller's.
         config["rule_files"] = [str(Path(p).resolve()) for p in rule_files]
+    if alertmanagers:
+        config["alerting"] = {
+            "alertmanagers": [{"api_version": "v2", "static_configs": [{"targets": list(alertmanagers)}]}]
+        }
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 
@@ -63,11 +69,14 @@ def start(
     port: int | None = None,
     storage: Path | None = None,
     retention: str = "2d",
+    alertmanagers: Sequence[str] = (),
 ) -> ServerProcess:
-    """Prometheus on 127.0.0.1 scraping `jobs`; ready when /-/ready answers."""
+    """Prometheus on 127.0.0.1 scraping `jobs` (alerting `alertmanagers`); ready when /-/ready answers."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
-    config = write_config(workdir / "prometheus.yml", jobs, interval=interval, rule_files=rule_files)
+    config = write_config(
+        workdir / "prometheus.yml", jobs, interval=interval, rule_files=rule_files, alertmanagers=alertmanagers
+    )
     argv = [
         binary(),
         f"--config.file={config}",

@@ -1,13 +1,16 @@
 """The drill's report folder: summary.md, results.json, and per profile a PNG (KV usage,
 waiting requests, preemptions and TTFT p99 over time, the change and alert firing times
-marked) and requests-PROFILE.csv (one row per request)."""
+marked), requests-PROFILE.csv (one row per request) and the notifications that reached the
+on-call receiver (Alertmanager -> `kvscope diagnose --listen` -> `--forward`)."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from drill.report_dir import ReportDir
 from drill.results import ProfileRun, comparison_rows, markdown_table
@@ -107,6 +110,39 @@ def write_requests(run: ProfileRun, path: Path) -> Path:
     return path
 
 
+def notification_lines(notes: Sequence[Mapping[str, Any]] | None, report_root: Path | None = None) -> list[str]:
+    """The summary's lines for one profile's notifications (None: no on-call path ran)."""
+    lines = [
+        "What reached the on-call receiver: Prometheus fired the rule, Alertmanager routed it to "
+        "`kvscope diagnose --listen`, which diagnosed it and forwarded the notification "
+        "(seconds after the change):",
+        "",
+    ]
+    if notes is None:
+        return [*lines, "- not run: Alertmanager is not installed (`apt-get install prometheus-alertmanager`)"]
+    if not notes:
+        return [*lines, "- none (the paged alerts' notifications did not arrive: see `logs/*/oncall/`)"]
+    for n in notes:
+        verdict = n.get("verdict") or {}
+        where = ", ".join(f"{k}={v}" for k, v in (n.get("labels") or {}).items())
+        times = [f"{n['reached_receiver_s']:+.0f} s"]
+        if n.get("alert_started_s") is not None and n.get("diagnosed_at_s") is not None:
+            times.append(f"alert started {n['alert_started_s']:+.0f} s, diagnosed as of {n['diagnosed_at_s']:+.0f} s")
+        kept = n.get("report_file")
+        if kept and report_root is not None:
+            with contextlib.suppress(ValueError):
+                kept = str(Path(kept).relative_to(report_root))
+        lines += [
+            f"- {times[0]} `{n['alertname']}`{f' ({where})' if where else ''}: **{verdict.get('bottleneck')}** "
+            f"({verdict.get('severity')}): {n.get('summary') or ''}" + (f" ({times[1]})" if len(times) > 1 else ""),
+            f"  report: {n.get('report_url')}" + (f" (kept in `{kept}`)" if kept else ""),
+            "",
+            f"      {n.get('text')}",
+            "",
+        ]
+    return lines
+
+
 def write(
     report: ReportDir,
     scenario: Scenario,
@@ -117,8 +153,10 @@ def write(
     passed: bool,
     verdict: str,
     limits: Thresholds = DEFAULTS,
+    notifications: Mapping[str, Sequence[Mapping[str, Any]] | None] | None = None,
 ) -> Path:
-    """Write the whole report into a folder the drill claimed; returns the summary's path."""
+    """Write the whole report into a folder the drill claimed; returns the summary's path.
+    `notifications`: per profile, what reached the on-call receiver (alertmanager.digest)."""
     lines = [
         f"# kvscope drill {scenario.name}",
         "",
@@ -152,7 +190,10 @@ def write(
                 lines.append(f"- {f.firing_at - run.changed:+.0f} s `{f.alertname}` ({f.severity}) {where}")
         else:
             lines.append("- none")
-        lines += ["", f"![{run.profile}]({png.name})", "", "### Diagnosis", "", run.diagnosis_markdown, ""]
+        lines += ["", f"![{run.profile}]({png.name})", ""]
+        if notifications is not None and run.profile in notifications:
+            lines += ["### On-call notification", "", *notification_lines(notifications[run.profile], report.path)]
+        lines += ["### Diagnosis", "", run.diagnosis_markdown, ""]
     summary = report.track("summary.md")
     summary.write_text("\n".join(lines))
     report.track("results.json").write_text(
@@ -164,7 +205,9 @@ def write(
                 "alert_speedup": speedup,
                 "passed": passed,
                 "verdict": verdict,
-                "profiles": {r.profile: r.summary() for r in runs},
+                "profiles": {
+                    r.profile: {**r.summary(), "notifications": (notifications or {}).get(r.profile)} for r in runs
+                },
             },
             indent=2,
             default=str,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import shlex
 import shutil
 import signal
@@ -21,7 +22,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from drill import observe, report, stack
+from drill import alertmanager, observe, report, stack
 from drill import rules as drill_rules
 from drill.report_dir import ReportDir, ReportDirRefused
 from drill.results import ProfileRun, comparison_rows, percentile
@@ -33,6 +34,7 @@ from kvscope.durations import format_duration, parse_duration, scaled
 from serving.hardware import detect
 
 POLL = 2.0  # seconds between looks at Prometheus while traffic runs
+NOTIFY_WAIT = 90.0  # at the end, how long the paged alerts' notifications may still take
 
 
 class Terminated(KeyboardInterrupt):
@@ -111,6 +113,7 @@ class Monitor:
         self.console, self.stack, self.driver, self.profile, self.alerts = console, st, driver, profile, alerts
         self.gauges = observe.Gauges()
         self.changed_at: float | None = None
+        self.notified = 0  # notifications already printed
 
     def poll(self) -> None:
         now = time.time()
@@ -123,6 +126,17 @@ class Monitor:
                 self.console.print(
                     f"[red]ALERT[/] {fired.alertname} ({fired.severity}) firing, {since} {where}", highlight=False
                 )
+        self.print_notifications()
+
+    def print_notifications(self) -> None:
+        """Print what reached the on-call receiver since the last look."""
+        if self.stack.oncall is None:
+            return
+        posts = self.stack.oncall.notifications()
+        for post in posts[self.notified :]:
+            text = post.body.get("text") if isinstance(post.body, dict) else None
+            self.console.print(f"[magenta]NOTIFIED[/] the on-call receiver got: {text or post.body}", highlight=False)
+        self.notified = len(posts)
 
     def render(self) -> Table:
         p = self.driver.progress
@@ -192,7 +206,10 @@ async def _drive(
     return marks
 
 
-def run_profile(console: Console, options: DrillOptions, profile: str, rules: Path, emulated: bool) -> ProfileRun:
+def run_profile(
+    console: Console, options: DrillOptions, profile: str, rules: Path, emulated: bool
+) -> tuple[ProfileRun, list[dict] | None]:
+    """One profile's run, and the notifications that reached the on-call receiver (None: none could)."""
     scenario = options.scenario
     phases = scenario.phases(options.duration)
     args = engine_args(scenario, options.model, detect().has_gpu)
@@ -214,10 +231,16 @@ def run_profile(console: Console, options: DrillOptions, profile: str, rules: Pa
         emulated=emulated,
         scrape_interval=format_duration(options.scrape_interval),
         config=options.config.path,
+        speedup=options.speedup,
     ) as st:
+        oncall = (
+            f", Alertmanager {st.oncall.alertmanager.base_url} -> webhook {st.oncall.webhook.base_url}"
+            if st.oncall
+            else " (Alertmanager is not installed: no on-call path; apt-get install prometheus-alertmanager)"
+        )
         console.print(
             f"stack ready in {time.time() - t0:.0f} s: serve {st.serve.base_url}, export {st.export.base_url}, "
-            f"Prometheus {st.prometheus.base_url}",
+            f"Prometheus {st.prometheus.base_url}{oncall}",
             highlight=False,
         )
         driver = Driver(st.serve.base_url, _served_model(st.serve.base_url), seed=11)
@@ -244,8 +267,10 @@ def run_profile(console: Console, options: DrillOptions, profile: str, rules: Pa
         console.print(
             f"diagnosis ({profile}): [bold]{diagnosis['bottleneck']}[/]: {diagnosis['summary']}", highlight=False
         )
+        notices = _notifications(console, monitor, alerts, changed, workdir)
     shutil.rmtree(workdir / "prometheus" / "data", ignore_errors=True)
-    return ProfileRun(
+    shutil.rmtree(workdir / "oncall" / "alertmanager" / "data", ignore_errors=True)
+    run = ProfileRun(
         profile,
         started,
         changed,
@@ -262,6 +287,32 @@ def run_profile(console: Console, options: DrillOptions, profile: str, rules: Pa
         args,
         _profile_flags(profile, options.model),
     )
+    return run, notices
+
+
+def _notifications(
+    console: Console, monitor: Monitor, alerts: observe.AlertLog, changed: float, workdir: Path
+) -> list[dict] | None:
+    """What reached the on-call receiver, once every paged alert that fired has its notification
+    (or NOTIFY_WAIT has passed); kept whole in the profile's oncall/notifications.json. None: no
+    on-call path ran."""
+    oncall = monitor.stack.oncall
+    if oncall is None:
+        return None
+    paged = {f.alertname for f in alerts.fired.values() if f.severity in alertmanager.PAGED}
+
+    def missing() -> set[str]:
+        return paged - {str(p.body.get("alert", {}).get("labels", {}).get("alertname")) for p in oncall.notifications()}
+
+    if missing():
+        console.print(f"waiting up to {NOTIFY_WAIT:.0f} s for the notifications of {', '.join(sorted(missing()))}")
+    deadline = time.monotonic() + NOTIFY_WAIT
+    while missing() and time.monotonic() < deadline:
+        time.sleep(1)
+    monitor.print_notifications()
+    posts = oncall.notifications()
+    (workdir / "oncall" / "notifications.json").write_text(json.dumps([p.body for p in posts], indent=2))
+    return [alertmanager.digest(p, changed, oncall.reports_dir) for p in posts]
 
 
 def _profile_flags(profile: str, model: str | None) -> list[str]:
@@ -338,10 +389,12 @@ def run(options: DrillOptions, console: Console | None = None) -> int:
         highlight=False,
     )
     runs: list[ProfileRun] = []
+    notified: dict[str, list[dict] | None] = {}
     try:
         with _terminate_like_ctrl_c():
             for profile in options.profiles:
-                runs.append(run_profile(console, options, profile, rules, emulated))
+                done, notified[profile] = run_profile(console, options, profile, rules, emulated)
+                runs.append(done)
     except KeyboardInterrupt as exc:
         what, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
         console.print(f"kvscope drill: {what}; every process it started has been stopped", highlight=False)
@@ -376,6 +429,7 @@ def run(options: DrillOptions, console: Console | None = None) -> int:
         passed=not problems,
         verdict=verdict,
         limits=options.config.thresholds,
+        notifications=notified,
     )
     console.rule("result")
     _print_table(console, runs)
@@ -386,6 +440,10 @@ def run(options: DrillOptions, console: Console | None = None) -> int:
         console.print(
             f"diagnosis on {r.profile}: [bold]{r.bottleneck}[/]: {r.diagnosis.get('summary', '')}", highlight=False
         )
+    for profile, notes in notified.items():
+        said = "; ".join(f"{n['alertname']} -> {(n.get('verdict') or {}).get('bottleneck')}" for n in notes or [])
+        where = "no on-call path (Alertmanager is not installed)" if notes is None else said or "none"
+        console.print(f"notifications that reached the on-call receiver on {profile}: {where}", highlight=False)
     console.print(f"report: {summary}", highlight=False)
     console.print(("[green]" if not problems else "[red]") + f"drill {verdict}[/]", highlight=False)
     return exitcodes.OK if not problems else 1

@@ -1,6 +1,8 @@
 """The real stack a drill runs on: `kvscope serve` -> `kvscope export` -> Prometheus with the
-(time-compressed) generated alert rules. Every process is stopped on the way out, whatever
-the way out is (end, failure, Ctrl-C)."""
+(time-compressed) generated alert rules -> Alertmanager -> `kvscope diagnose --listen` -> a
+stand-in for the on-call person's receiver (drill/alertmanager.py; left out, and said so, where
+Alertmanager is not installed). Every process is stopped on the way out, whatever the way out
+is (end, failure, Ctrl-C)."""
 
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ from pathlib import Path
 
 import httpx
 
-from drill import prometheus_server
+from diagnosis.webhook_config import WebhookConfig
+from drill import alertmanager, prometheus_server
 from drill.launcher import ServerProcess, free_port, kvscope_server, running, start_process
+from kvscope.durations import parse_duration, scaled
 from kvscope.prometheus import PrometheusClient
 
 EMULATED_GPUS = 2
@@ -53,6 +57,7 @@ class Stack:
     prometheus: ServerProcess
     api: PrometheusClient
     emulated: bool
+    oncall: alertmanager.OnCall | None = None  # None: Alertmanager is not installed
 
     def inject(self, fault: dict[str, object]) -> None:
         response = httpx.post(self.export.base_url + "/-/faults", json=fault, timeout=10)
@@ -72,8 +77,11 @@ def started(
     emulated: bool,
     scrape_interval: str,
     config: Path | None = None,
+    speedup: float = 1.0,
 ) -> Iterator[Stack]:
-    """Start the three processes (serve first: the exporter follows it) and stop them all on exit."""
+    """Start the processes (serve first: the exporter follows it; the on-call path before the
+    Prometheus that alerts it) and stop them all on exit. `speedup`: the rules' compression,
+    which the webhook's diagnosis windows follow."""
     workdir.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
         serve = kvscope_server(
@@ -102,12 +110,29 @@ def started(
         export_argv += ["--gpu", "emulated", "--emulated-gpus", str(EMULATED_GPUS)] if emulated else ["--gpu", "auto"]
         export = start_process("kvscope export", export_argv, f"http://127.0.0.1:{export_port}", workdir / "export.log")
         stack.enter_context(running(export, ready_path="/-/healthy", timeout=60))
+        prom_port = ports.prometheus or free_port()
+        oncall = None
+        if on_call_available():
+            # the diagnosis `kvscope diagnose --listen` runs by default (30m window, 5m recent,
+            # 2m after the start), on the rules' clock
+            floor = 5 * parse_duration(scrape_interval)
+            oncall = stack.enter_context(
+                alertmanager.on_call(
+                    workdir / "oncall",
+                    f"http://127.0.0.1:{prom_port}",
+                    window=scaled("30m", speedup, floor),
+                    recent=scaled("5m", speedup, floor),
+                    after_start=scaled(WebhookConfig().after_start, speedup),
+                    config=config,
+                )
+            )
         prom = prometheus_server.start(
             workdir / "prometheus",
             {"kvscope": [f"127.0.0.1:{export_port}"]},
             interval=scrape_interval,
             rule_files=[rules],
-            port=ports.prometheus,
+            port=prom_port,
+            alertmanagers=[oncall.alertmanager_target] if oncall else (),
         )
         stack.enter_context(running(prom, ready_path="/-/ready", timeout=60))
         api = PrometheusClient(prom.base_url)
@@ -115,4 +140,13 @@ def started(
         if not any(g.get("rules") for g in api.rule_groups()):
             raise RuntimeError(f"Prometheus loaded no rules from {rules}: see {prom.log_path}")
         api.wait_for_scrapes("kvscope")
-        yield Stack(serve, export, prom, api, emulated)
+        yield Stack(serve, export, prom, api, emulated, oncall)
+
+
+def on_call_available() -> bool:
+    """Alertmanager is installed (the drill's on-call path runs)."""
+    try:
+        alertmanager.binary()
+    except alertmanager.AlertmanagerMissing:
+        return False
+    return True

@@ -38,6 +38,17 @@ def export(
         list[str] | None,
         typer.Option("--vllm", help="vLLM or kvscope serve /metrics URL (repeat for more)."),
     ] = None,
+    discover: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--discover",
+            help="Find vLLM engines on this node: procfs | kubernetes | kubelet | none (repeat or comma list; "
+            "default: procfs when no --vllm is given).",
+        ),
+    ] = None,
+    discover_interval: Annotated[
+        float | None, typer.Option(help="Seconds between discoveries (default: the collection interval).")
+    ] = None,
     dcgm_exporter: Annotated[str | None, typer.Option(help="Ingest a running dcgm-exporter at this URL.")] = None,
     dcgm_bindings: Annotated[
         str | None, typer.Option(help="Folder of DCGM's Python bindings (pydcgm.py, ...).")
@@ -88,6 +99,8 @@ def export(
         "listen_address": listen_address,
         "gpu": gpu,
         "vllm": vllm or None,
+        "discover": discover or None,
+        "discover_interval": discover_interval,
         "dcgm_exporter": dcgm_exporter,
         "dcgm_bindings": dcgm_bindings,
         "collect_interval": collect_interval,

@@ -3,12 +3,12 @@ the flags (flags win), and the assembly of collectors from it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from exporter.collectors import Collector, GpuSource
 from exporter.collectors.host import HostCollector
@@ -20,8 +20,12 @@ from kvscope.config import ConfigError
 from kvscope.gpu_models import DEFAULT_MODELS, GpuModels
 from kvscope.http_auth import read_secret
 
+if TYPE_CHECKING:
+    from exporter.discovery import DiscoveryCollector
+
 Backend = Literal["auto", "dcgm", "nvml", "emulated", "none"]
 HostLabel = Literal["hostname", "Hostname", "none"]
+DiscoverMethod = Literal["procfs", "kubernetes", "kubelet", "none"]
 # Not dcgm-exporter's 9400: both run on one GPU node. (The Prometheus wiki's "Default port
 # allocations" list is where exporters claim theirs; see docs/metrics.md.)
 DEFAULT_PORT = 9408
@@ -49,6 +53,14 @@ class ExportConfig(BaseModel):
     listen_address: str = f"127.0.0.1:{DEFAULT_PORT}"
     gpu: Backend = "auto"
     vllm: list[str] = Field(default_factory=list)
+    discover: list[DiscoverMethod] | None = Field(
+        None,
+        description="how vLLM engines on this node are found: procfs, kubernetes, kubelet, none "
+        "(default: procfs when no vllm list is given, none otherwise)",
+    )
+    discover_interval: float | None = Field(
+        None, gt=0, description="seconds between discoveries (default: collect_interval)"
+    )
     dcgm_exporter: str | None = None
     dcgm_bindings: str | None = None
     dcgm_host: str = "localhost"
@@ -71,8 +83,19 @@ class ExportConfig(BaseModel):
     open_probes: bool = Field(True, description="/-/healthy and /-/ready need no auth (kubelet probes)")
     scrape_max_bytes: int = Field(32 << 20, ge=1 << 16, le=1 << 30, description="largest target page read")
 
+    @field_validator("discover", mode="before")
+    @classmethod
+    def _comma_list(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = [value]
+        if isinstance(value, list):
+            return [m.strip() for v in value for m in (v.split(",") if isinstance(v, str) else [v]) if m != ""]
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> ExportConfig:
+        if self.discover is not None and "none" in self.discover and len(set(self.discover)) > 1:
+            raise ValueError("discover: none goes alone")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key go together")
         if self.tls_cert is not None and self.web_config_file is not None:
@@ -100,6 +123,16 @@ class ExportConfig(BaseModel):
 
     def vllm_token(self) -> bytes | None:
         return _secret("vLLM targets' bearer token", self.vllm_bearer_token_file)
+
+    @property
+    def discovery_methods(self) -> list[str]:
+        """The discovery methods in effect: procfs by default when there is no static vllm list."""
+        chosen = self.discover if self.discover is not None else ([] if self.vllm else ["procfs"])
+        return list(dict.fromkeys(m for m in chosen if m != "none"))
+
+    @property
+    def discovery_interval(self) -> float:
+        return self.discover_interval or self.collect_interval or 5.0
 
     @property
     def host(self) -> str:
@@ -142,11 +175,19 @@ def assemble(config: ExportConfig, models: GpuModels = DEFAULT_MODELS) -> Assemb
     from exporter.collectors.vllm import VllmCollector
 
     collectors: list[Collector] = []
+    gpu: list[GpuSource] = []  # filled below: procfs discovery looks at the GPUs' processes first
+    discovery = _discovery(config, lambda: [pid for s in gpu for _, r in s.last() for pid, _ in r.processes])
+    if discovery is not None:
+        collectors.append(discovery)  # before vllm: an engine found is scraped in the same pass
     vllm = (
         VllmCollector(
-            config.vllm, timeout=config.scrape_timeout, max_bytes=config.scrape_max_bytes, token=config.vllm_token()
+            config.vllm,
+            timeout=config.scrape_timeout,
+            max_bytes=config.scrape_max_bytes,
+            token=config.vllm_token(),
+            discovered=discovery.current if discovery is not None else None,
         )
-        if config.vllm
+        if config.vllm or discovery is not None
         else None
     )
     if vllm is not None:
@@ -157,7 +198,10 @@ def assemble(config: ExportConfig, models: GpuModels = DEFAULT_MODELS) -> Assemb
         collectors.append(dcgm_exporter)
     counts = XidCounts()
     source, watcher, what = _gpu_source(config, counts, vllm, models)
+    if discovery is not None:
+        what += f"; discovering vLLM targets by {', '.join(m.name for m in discovery.methods)}"
     if source is not None:
+        gpu.append(source)
         from exporter.collectors.gpu import GpuCollector
         from exporter.collectors.health import HealthCollector
         from exporter.collectors.process import ProcessCollector
@@ -180,6 +224,23 @@ def assemble(config: ExportConfig, models: GpuModels = DEFAULT_MODELS) -> Assemb
         ]
     collectors.append(HostCollector())
     return Assembly(collectors, source, watcher, what)
+
+
+def _discovery(config: ExportConfig, gpu_pids: Callable[[], Iterable[int]]) -> DiscoveryCollector | None:
+    from exporter.discovery import DiscoveryCollector, KubernetesDiscovery, Method, ProcfsDiscovery
+
+    methods: list[Method] = []
+    try:
+        for name in config.discovery_methods:
+            if name == "procfs":
+                methods.append(ProcfsDiscovery(gpu_pids=gpu_pids))
+            elif name == "kubernetes":
+                methods.append(KubernetesDiscovery.in_cluster(timeout=config.scrape_timeout))
+            elif name == "kubelet":
+                methods.append(KubernetesDiscovery.kubelet(timeout=config.scrape_timeout))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return DiscoveryCollector(methods, config.discovery_interval) if methods else None
 
 
 def _kmsg(config: ExportConfig, counts: XidCounts, gpus: list[GpuIdentity]) -> KmsgXidSource | None:

@@ -983,6 +983,14 @@ GATEWAY_QUOTA_LIMIT = _own(
     "Tenant's per-minute token budget.",
     "tenant",
 )
+GATEWAY_QUOTA_BACKEND_ERRORS = _own(
+    "kvscope_gateway_quota_backend_errors_total",
+    C,
+    "errors",
+    "Quota calls to the shared backend (Redis) that failed, by reason (timeout, connection, auth, error); "
+    "each one was admitted or refused as quota_fail says.",
+    "reason",
+)
 GATEWAY_INFLIGHT = _own("kvscope_gateway_inflight_requests", G, "requests", "Requests in flight, by tenant.", "tenant")
 GATEWAY_LANE_WAITING = _own(
     "kvscope_gateway_lane_waiting_requests",
@@ -1044,6 +1052,13 @@ ENGINE_MEMORY_BUDGET = _own(
 TARGET_UP = _own("kvscope_target_up", G, "bool", "1 when the scraped target answered.", "target")
 TARGET_SCRAPE_SECONDS = _own(
     "kvscope_target_scrape_duration_seconds", G, "seconds", "Time to scrape the target.", "target"
+)
+DISCOVERY_TARGETS = _own(
+    "kvscope_discovery_targets",
+    G,
+    "targets",
+    "vLLM targets the exporter found on its own at its last discovery, by method (procfs, kubernetes, kubelet).",
+    "method",
 )
 GPU_BACKEND_INFO = _own("kvscope_gpu_backend_info", I, "info", "The GPU telemetry backend in use.", "backend")
 GPU_XID_ERRORS = _own(

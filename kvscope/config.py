@@ -19,6 +19,10 @@ Found by `--config FILE` on every command, else `$KVSCOPE_CONFIG`, else the defa
     gateway: {...}              # kvscope serve: tenants, tiers, QoS (serving/gateway_config.py)
     export: {...}               # kvscope export: the same keys as its flags (exporter/config.py)
     webhook: {...}              # kvscope diagnose --listen: auth and bounds (diagnosis/webhook_config.py)
+    deploy:                     # the Kubernetes manifests of `kvscope alerts build` / `alerts deploy`
+      namespace: monitoring
+      labels: {release: kube-prometheus-stack}  # on every resource: what Prometheus selects on
+      runbook_base: https://git.example.com/kvscope/blob/v0.1.0/docs/runbooks.md
 
 An unknown key or a bad value is a one-line `ConfigError` (exit 64). Here is also the one
 YAML + pydantic loader every component uses for its section.
@@ -232,6 +236,77 @@ class GpuModelSetting(_Strict):
     memory_gbps: float | None = Field(None, gt=0)
 
 
+# Kubernetes' syntax (apimachinery's validation): a DNS-1123 label, a qualified label key, a label value.
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+SELECTOR_LABEL = "app.kubernetes.io/name"  # the manifests' selectors hold it: a user label must not move it
+
+
+def _label_key(key: str) -> bool:
+    prefix, slash, name = key.rpartition("/")
+    return bool(_LABEL_NAME.fullmatch(name)) and (not slash or bool(_DNS_SUBDOMAIN.fullmatch(prefix)))
+
+
+class Deploy(_Strict):
+    """The Kubernetes manifests (deploy/): where they go, the labels Prometheus selects on, the
+    image, the exporter's auth, and where the rules' runbook_url point."""
+
+    namespace: str = Field("monitoring", description="namespace of the exporter, its Service and monitors")
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="added to every resource, e.g. release: <kube-prometheus-stack release> (its selectors)",
+    )
+    image: str | None = Field(None, description="the exporter image (default: kvscope's release image)")
+    runbook_base: str | None = Field(None, description="URL of docs/runbooks.md (default: this release's)")
+    bearer_token_secret: str | None = Field(
+        None, description="Secret whose key `token` scrapers must present (the probes stay open)"
+    )
+    tls_secret: str | None = Field(None, description="kubernetes.io/tls Secret (tls.crt, tls.key, ca.crt): HTTPS")
+
+    @field_validator("namespace", "bearer_token_secret", "tls_secret")
+    @classmethod
+    def _dns_label(cls, v: str | None) -> str | None:
+        if v is not None and not _DNS_LABEL.fullmatch(v):
+            raise ValueError(f"must be a DNS-1123 label (lower case, digits, '-'), not {v!r}")
+        return v
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _strings(cls, v: object) -> object:
+        for key, value in v.items() if isinstance(v, dict) else ():
+            if not isinstance(value, str):
+                raise ValueError(f"{key}: {value!r} is not a string (quote numbers and booleans in YAML)")
+        return v
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if not _label_key(key):
+                raise ValueError(f"{key!r} is not a Kubernetes label key")
+            if not _LABEL_VALUE.fullmatch(value):
+                raise ValueError(f"{key}: {value!r} is not a Kubernetes label value")
+            if key == SELECTOR_LABEL:
+                raise ValueError(f"{key} is the manifests' selector label: kvscope sets it")
+        return v
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9][\w.\-/:@]*", v):
+            raise ValueError(f"must be an image reference like registry/name:tag, not {v!r}")
+        return v
+
+    @field_validator("runbook_base")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None and (not re.match(r"https?://[^/\s]+", v) or "#" in v):
+            raise ValueError(f"must be an http(s) URL without a #fragment, not {v!r}")
+        return v
+
+
 class ConfigFile(_Strict):
     thresholds: dict[str, float | ThresholdSetting] = Field(default_factory=dict)
     slo: Slo = Slo()
@@ -240,6 +315,7 @@ class ConfigFile(_Strict):
     gateway: dict[str, Any] = Field(default_factory=dict, description="kvscope serve's section")
     export: dict[str, Any] = Field(default_factory=dict, description="kvscope export's section")
     webhook: dict[str, Any] = Field(default_factory=dict, description="kvscope diagnose --listen's section")
+    deploy: Deploy = Deploy()
 
     @field_validator("thresholds")
     @classmethod
@@ -322,6 +398,10 @@ class Config:
         return self.file.selectors.gpu_host_label
 
     @property
+    def deploy(self) -> Deploy:
+        return self.file.deploy
+
+    @property
     def gpu_models(self) -> GpuModels:
         return GpuModels({k: v.model_dump() for k, v in self.file.gpu_models.items()})
 
@@ -348,6 +428,18 @@ def load(path: Path | None = None, environ: Mapping[str, str] | None = None) -> 
     if path is None:
         return Config()
     return Config(validate(ConfigFile, read_yaml(path), str(path)), path)
+
+
+def with_deploy(config: Config, **values: object) -> Config:
+    """The config with deploy settings given as flags (`namespace`, `labels`, `image`, ...) on
+    top: `labels` are added to the file's; ConfigError when one is bad."""
+    data = config.file.model_dump(by_alias=True, exclude_unset=True)
+    deploy = data.setdefault("deploy", {})
+    for key, value in values.items():
+        if value is None:
+            continue
+        deploy[key] = {**deploy.get(key, {}), **value} if key == "labels" and isinstance(value, dict) else value
+    return Config(validate(ConfigFile, data, "flags"), config.path)
 
 
 def with_slo(config: Config, **values: float | None) -> Config:
@@ -414,6 +506,7 @@ def effective_rows(config: Config, sections: Sequence[tuple[str, type[BaseModel]
 
     walk(("slo",), config.slo)
     walk(("selectors",), config.file.selectors)
+    walk(("deploy",), config.file.deploy)
     models = config.gpu_models
     for short, model in models.table.items():
         for name in GPU_FIELDS:

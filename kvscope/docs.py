@@ -173,6 +173,9 @@ def _config_keys() -> list[str]:
         "| `gateway` | no keys, one anonymous tenant | `kvscope serve`'s tenants, tiers, limits and QoS "
         "(serving/gateway_config.py) |",
         "| `export` | 127.0.0.1:9408, no targets | `kvscope export`'s settings, the same keys as its flags |",
+        "| `deploy.namespace`, `deploy.labels`, `deploy.image`, `deploy.runbook_base`, "
+        "`deploy.bearer_token_secret`, `deploy.tls_secret` | monitoring, none, the release image, this release's "
+        "runbooks, none, none | the Kubernetes manifests `kvscope alerts deploy` writes (deploy/) |",
     ]
     return lines
 

@@ -116,7 +116,11 @@ class PrometheusClient:
             raise NotPrometheus(f"{self.name}: malformed query answer ({exc})") from exc
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> Matrix:
-        data = self.get("/api/v1/query_range", {"query": expr, "start": start, "end": end, "step": step})
+        """Every `step` seconds from `start` to `end`; times go in milliseconds, as every store
+        keeps them (Prometheus rounds a finer time to the millisecond, VictoriaMetrics truncates
+        it: the steps would fall 1 ms apart, either side of a sample)."""
+        params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:.3f}"}
+        data = self.get("/api/v1/query_range", params)
         try:
             return [(dict(r["metric"]), [(float(t), float(v)) for t, v in r["values"]]) for r in data["result"]]
         except (KeyError, TypeError, ValueError) as exc:

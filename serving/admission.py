@@ -186,6 +186,10 @@ class AdmissionPolicy:
             )
 
     def _take_quota(self, tenant: str, tier_name: str, tier: Tier, tokens: int) -> None:
+        if self.config.quota_backend is not None:  # shared buckets: the gateway reserves (serving/quota_redis.py)
+            if tier.tokens_per_minute is not None:
+                self._within_budget(tenant, tier.tokens_per_minute, tokens)
+            return
         requests = self._take_request(tenant, tier)
         try:
             self._take_tokens(tenant, tier_name, tier, tokens)
@@ -225,13 +229,7 @@ class AdmissionPolicy:
         if tier.tokens_per_minute is None:
             return
         bucket = self.quotas.bucket(tenant, tier.tokens_per_minute)
-        if tokens > bucket.per_minute:
-            raise Rejection(
-                413,
-                "request_exceeds_quota",
-                f"the request needs {tokens} tokens, more than tenant '{tenant}' may use in a "
-                f"minute ({bucket.per_minute}): over by {tokens - bucket.per_minute}",
-            )
+        self._within_budget(tenant, bucket.per_minute, tokens)
         if not bucket.try_take(tokens):
             wait = bucket.seconds_until(tokens)
             left = bucket.available()
@@ -242,4 +240,14 @@ class AdmissionPolicy:
                 f"{left} of {bucket.per_minute} per minute are left (short by {tokens - left}); "
                 f"retry in {math.ceil(wait)} s",
                 headers={"retry-after": str(max(1, math.ceil(wait))), **self.rate_headers(tenant, tier_name)},
+            )
+
+    def _within_budget(self, tenant: str, per_minute: int, tokens: int) -> None:
+        """A request larger than a whole minute's budget can never be admitted: a 413, not a 429."""
+        if tokens > per_minute:
+            raise Rejection(
+                413,
+                "request_exceeds_quota",
+                f"the request needs {tokens} tokens, more than tenant '{tenant}' may use in a "
+                f"minute ({per_minute}): over by {tokens - per_minute}",
             )

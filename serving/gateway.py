@@ -34,6 +34,7 @@ from serving.lanes import KvLane
 from serving.metrics import ServingMetrics
 from serving.pooling_prompts import POOLING_SHAPES, engine_prefix
 from serving.prompts import Counted, PromptCounter, TooLong, bad
+from serving.quota_redis import Reservation, SharedQuotas
 from serving.request_tags import FinishedPart, RequestTag, RequestTags, new_request_id
 from serving.routes import Access, Shape
 
@@ -113,6 +114,7 @@ class _Exchange:
     aborted: bool = False
     held: bool = False  # waited at the gateway for its QoS class's KV share
     entered: bool = False  # handed to vLLM (not only held at the gateway)
+    reservation: Reservation | None = None  # what the shared quota backend holds for it
     streamed: int = 0  # SSE events that carried generated output (what a disconnect is charged)
     span_ended: bool = field(default=False, repr=False)
 
@@ -248,6 +250,11 @@ class Gateway:
         self.inflight = 0
         self._epoch = time.monotonic()
         self.lanes = self._lanes(kv_pool_tokens)
+        self.shared = (
+            SharedQuotas(policy.config, on_error=lambda reason: metrics.quota_backend_errors.labels(reason).inc())
+            if policy.config.quota_backend is not None
+            else None
+        )
 
     def _lanes(self, kv_pool_tokens: int | None) -> dict[str, KvLane]:
         """A KV lane per QoS class with a kv_share, when QoS is on and the pool is known."""
@@ -375,11 +382,23 @@ class Gateway:
             counted = await self._count(shape, body)
             arrival_ms = int((time.monotonic() - self._epoch) * 1000)
             admission = self.policy.admit(shape, body, tenant, tier, counted.counts, arrival_ms)
+            reservation = None
+            if self.shared is not None:
+                reservation = await self.shared.reserve(tenant, tier, admission.reserved_tokens)
         except Rejection as rejection:
             self.metrics.rejections.labels(rejection.reason, tenant).inc()
             return await send_json(send, rejection.status, rejection.body(), rejection.headers)
         await self._forward(
-            scope, receive, send, tenant, tier, admission, {**admission.body, **counted.patch}, arrived, shape
+            scope,
+            receive,
+            send,
+            tenant,
+            tier,
+            admission,
+            {**admission.body, **counted.patch},
+            arrived,
+            shape,
+            reservation,
         )
 
     def _short_enough(self, body: dict[str, Any]) -> None:
@@ -438,6 +457,7 @@ class Gateway:
         forwarded_body: dict[str, Any],
         arrived: float,
         shape: Shape,
+        reservation: Reservation | None = None,
     ) -> None:
         request_id = new_request_id()
         if shape is Shape.RESPONSES:  # the Responses API names its engine request after the body's id
@@ -459,7 +479,7 @@ class Gateway:
         )
         tag = RequestTag(tenant, tier, admission.qos_class, admission.priority, span)
         deadline = self.policy.config.tiers[tier].deadline_seconds
-        exchange = _Exchange(request_id, shape, tenant, tier, admission, tag, deadline)
+        exchange = _Exchange(request_id, shape, tenant, tier, admission, tag, deadline, reservation=reservation)
         tag.expected = dict.fromkeys(exchange.engine_ids, admission.n)
         tag.on_finished = lambda part: self._on_part_finished(exchange, part)
         self.tags.add(request_id, tag)
@@ -598,7 +618,7 @@ class Gateway:
             if len(exchange.tag.finished) <= exchange.expected_parts:
                 bucket.refund(exchange.admission.max_tokens - part.generation_tokens)
             else:
-                bucket.try_take(min(part.generation_tokens, bucket.available()))
+                bucket.charge(part.generation_tokens)
         if exchange.done and len(exchange.tag.finished) >= exchange.expected_parts:
             self._end_span(exchange)
 
@@ -658,17 +678,28 @@ class Gateway:
         span.end()
 
     def _bucket(self, exchange: _Exchange) -> Any:
-        if self.policy.config.tiers[exchange.tier].tokens_per_minute is None:
+        tier = self.policy.config.tiers[exchange.tier]
+        if tier.tokens_per_minute is None:
             return None
+        if self.shared is not None:  # settled in the shared bucket only if it holds the reservation
+            return None if exchange.reservation is None else self.shared.bucket(exchange.reservation, tier)
         return self.policy.quotas.get(exchange.tenant)
 
     def _rate_headers(self, tenant: str, tier: str) -> dict[str, str]:
+        if self.shared is not None:
+            return self.shared.headers(tenant, tier)
         return self.policy.rate_headers(tenant, tier)
 
     def _publish_quota(self, tenant: str, tier: str) -> None:
         per_minute = self.policy.config.tiers[tier].tokens_per_minute
+        if per_minute is None:
+            return
+        if self.shared is not None:  # what the script last answered for the tenant (any replica's takes)
+            self.metrics.quota_limit.labels(tenant).set(per_minute)
+            self.metrics.quota_remaining.labels(tenant).set_function(partial(self.shared.remaining, tenant))
+            return
         bucket = self.policy.quotas.get(tenant)
-        if per_minute is None or bucket is None:
+        if bucket is None:
             return
         self.metrics.quota_limit.labels(tenant).set(per_minute)
         self.metrics.quota_remaining.labels(tenant).set_function(bucket.available)

@@ -10,6 +10,8 @@ quotas; requests longer than max_model_len are still refused before the engine.
                    deadline_seconds: 60}
       tenants:
         acme: {tier: standard, api_keys: ["sk-acme-1"]}
+      quota_backend: redis://redis.kvscope:6379/0   # optional: one budget across replicas
+      quota_fail: open
       qos:
         classes:
           - {name: interactive, max_prompt_tokens: 512, delay_ms: 0}
@@ -21,14 +23,17 @@ from __future__ import annotations
 import hashlib
 import hmac
 from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kvscope import config, tuning
 from kvscope.config import ConfigError
 
 ANONYMOUS = "anonymous"
-__all__ = ["ANONYMOUS", "ConfigError", "GatewayConfig", "load_gateway_config"]
+QUOTA_PASSWORD_ENV = "KVSCOPE_QUOTA_REDIS_PASSWORD"
+__all__ = ["ANONYMOUS", "QUOTA_PASSWORD_ENV", "ConfigError", "GatewayConfig", "load_gateway_config"]
 
 
 class _Strict(BaseModel):
@@ -134,6 +139,39 @@ class GatewayConfig(_Strict):
     prefix_hit_window_seconds: float = Field(60.0, gt=0)
     admin_keys: tuple[str, ...] = Field((), description="keys for admin and dev routes (none: they are 404)")
     metrics_token: str | None = Field(None, description="a bearer token /metrics asks for (None: open)")
+    # Shared quotas (serving/quota_redis.py): every replica's buckets in one Redis.
+    quota_backend: str | None = Field(
+        None, description="redis://host:port/db or rediss://... (None: each process keeps its own buckets)"
+    )
+    quota_fail: Literal["open", "closed"] = Field(
+        "open", description="when the backend is down or slow: admit (open) or refuse with a 503 (closed)"
+    )
+    quota_timeout_ms: int = Field(50, ge=1, le=5000, description="connect and command timeout of each quota call")
+    quota_password_file: Path | None = Field(
+        None, description=f"the Redis password, read from this file (else ${QUOTA_PASSWORD_ENV})"
+    )
+    quota_key_prefix: str = Field("kvscope:quota", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
+
+    @field_validator("quota_password_file")
+    @classmethod
+    def _password_file(cls, path: Path | None) -> Path | None:
+        if path is not None and not path.is_file():  # found at load, not after the engine's minutes of start
+            raise ValueError(f"quota_password_file {str(path)!r} is not a readable file")
+        return path
+
+    @field_validator("quota_backend")
+    @classmethod
+    def _backend_url(cls, url: str | None) -> str | None:
+        if url is None:
+            return None
+        parts = urlsplit(url)
+        if parts.scheme not in ("redis", "rediss") or not parts.hostname:
+            raise ValueError("quota_backend is a redis://host:port/db or rediss://host:port/db URL")
+        if parts.password is not None:
+            raise ValueError(
+                f"quota_backend must not carry a password: use quota_password_file or ${QUOTA_PASSWORD_ENV}"
+            )
+        return url
 
     @model_validator(mode="after")
     def _tiers_exist(self) -> GatewayConfig:

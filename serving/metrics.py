@@ -29,6 +29,7 @@ class ServingMetrics:
         self.tokens = counter(catalog.GATEWAY_TOKENS, registry)
         self.quota_remaining = gauge(catalog.GATEWAY_QUOTA_REMAINING, registry)
         self.quota_limit = gauge(catalog.GATEWAY_QUOTA_LIMIT, registry)
+        self.quota_backend_errors = counter(catalog.GATEWAY_QUOTA_BACKEND_ERRORS, registry)
         self.inflight = gauge(catalog.GATEWAY_INFLIGHT, registry)
         self.lane_waiting = gauge(catalog.GATEWAY_LANE_WAITING, registry)
         self.lane_tokens = gauge(catalog.GATEWAY_LANE_TOKENS, registry)

@@ -18,6 +18,15 @@ def go_duration(seconds: float) -> str:
     return f"{minutes}m{rest}s"
 
 
+def rate_limit_headers(unit: str, per_minute: int, left: int) -> dict[str, str]:
+    """OpenAI's x-ratelimit-*-<unit> headers for a bucket of `per_minute` holding `left`."""
+    return {
+        f"x-ratelimit-limit-{unit}": str(per_minute),
+        f"x-ratelimit-remaining-{unit}": str(left),
+        f"x-ratelimit-reset-{unit}": go_duration((per_minute - left) * 60 / per_minute),
+    }
+
+
 @dataclass
 class TokenBucket:
     """Holds up to `per_minute` tokens, refilled at per_minute/60 per second.
@@ -52,18 +61,17 @@ class TokenBucket:
         self.level -= tokens
         return True
 
+    def charge(self, tokens: int) -> None:
+        """Take up to `tokens`: as many as the bucket holds (output that was not reserved)."""
+        self.try_take(min(max(0, tokens), self.available()))
+
     def refund(self, tokens: int) -> None:
         self._refill()
         self.level = min(self.per_minute, self.level + max(0, tokens))
 
     def headers(self, unit: str = "tokens") -> dict[str, str]:
         """OpenAI's x-ratelimit-*-<unit> headers: the budget, what is left, when it is full again."""
-        left = self.available()
-        return {
-            f"x-ratelimit-limit-{unit}": str(self.per_minute),
-            f"x-ratelimit-remaining-{unit}": str(left),
-            f"x-ratelimit-reset-{unit}": go_duration((self.per_minute - left) * 60 / self.per_minute),
-        }
+        return rate_limit_headers(unit, self.per_minute, self.available())
 
     def seconds_until(self, tokens: int) -> float:
         """How long until `tokens` are available (inf if more than the bucket holds)."""

@@ -12,9 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from diagnosis.measures import BASELINE, ENTITY_LABELS, Entity, Kind, Measure, Measurements, Value, usable
 from diagnosis.sources import SourceError
-from kvscope.durations import format_duration
+from kvscope.durations import format_duration, parse_duration
 from kvscope.prometheus import PrometheusClient, PrometheusError, QueryFailed, Vector
-from kvscope.promql import ANY, Selector, either, histogram_mean, metric, quantile, vector
+from kvscope.promql import ANY, Expr, Selector, either, histogram_mean, metric, quantile, vector
 
 RECENT = 300.0  # "recent" = the last 5 minutes unless the caller says otherwise
 
@@ -44,9 +44,9 @@ def promql(measure: Measure, window: float, selector: Selector = ANY, recent: fl
         case Kind.DERIV:
             expr = series.deriv(w).sum(by)
         case Kind.RATE:
-            expr = series.rate(w).sum(by)
+            expr = per_second(series, window).sum(by)
         case Kind.RATE_RECENT:
-            expr = series.rate(r).sum(by)
+            expr = per_second(series, recent).sum(by)
         case Kind.INCREASE:
             expr = series.increase_from_zero(w).sum(by)  # a first XID appears at 1 and stays
         case Kind.RATIO | Kind.RATIO_RECENT | Kind.RATIO_BEFORE:
@@ -71,6 +71,21 @@ def promql(measure: Measure, window: float, selector: Selector = ANY, recent: fl
         case _:
             raise ValueError(measure.kind)
     return str(expr)
+
+
+def per_second(series: Expr, seconds: float) -> Expr:
+    """A counter's rate over `seconds`, read the same from Prometheus and VictoriaMetrics.
+
+    In Prometheus this is `rate()` exactly (its rate is the extrapolated increase divided by the
+    range). MetricsQL's `rate()` divides by the time the samples span instead, so a series that
+    stopped inside the window (a GPU fallen off the bus) reads its rate while alive; and where
+    the range holds fewer than two samples (a scrape gap) it answers 0 where Prometheus has no
+    value. Dividing `increase()` by the window and keeping only ranges with two samples gives
+    both stores the same meaning: the average over the window, or nothing.
+    """
+    window = format_duration(seconds)
+    two_samples = series.over_time("count", window).ge(2)
+    return (series.increase(window) / parse_duration(window)).binop("and", two_samples)
 
 
 class PrometheusSource:

@@ -1,11 +1,16 @@
 """vLLM (or `kvscope serve`) /metrics pages re-exposed unchanged, plus a `target` label, and
 an up gauge per target. Targets are scraped concurrently, each within a total deadline and a
-byte cap (exporter/scrape.py), so a slow or dead target costs only its own series."""
+byte cap (exporter/scrape.py), so a slow or dead target costs only its own series.
+
+Targets are the static list plus, when discovery is on (exporter/discovery.py), what it found
+at its last pass: those carry a `discovered` label naming the method, and their series stop
+when they are no longer found. A URL in both is the static target."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from urllib.parse import urlsplit
 
 from prometheus_client.core import Metric
 
@@ -18,6 +23,15 @@ def metrics_url(target: str) -> str:
     """Accept host:port, a base URL, or a full /metrics URL."""
     url = target if "://" in target else f"http://{target}"
     return url if url.rstrip("/").endswith("/metrics") else url.rstrip("/") + "/metrics"
+
+
+def _same_target(url: str) -> tuple[str, str, int | None, str]:
+    """What makes two URLs one target: localhost and 127.0.0.1 are the same listener."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    host = "127.0.0.1" if host == "localhost" else host
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return parts.scheme, host, port, parts.path.rstrip("/")
 
 
 def _ratio(text: str | None) -> float | None:
@@ -38,11 +52,17 @@ class VllmCollector:
         timeout: float = 3.0,
         max_bytes: int = DEFAULT_MAX_BYTES,
         token: bytes | None = None,
+        discovered: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
-        self.scraped = [Target.of(metrics_url(t), token) for t in targets]
+        self.static = [Target.of(metrics_url(t), token) for t in targets]
+        self.scraped = list(self.static)
         self.targets = [t.url for t in self.scraped]  # as labels show them: no credentials
         self.timeout = timeout
         self.max_bytes = max_bytes
+        self.token = token
+        self.discovered = discovered  # url -> method, from the discovery collector
+        self._found: dict[str, str] = {}  # the discovered targets being scraped: url -> method
+        self._extra: dict[str, dict[str, str]] = {t: {"target": t} for t in self.targets}
         self._lock = threading.Lock()
         self.parse_errors: dict[str, int] = dict.fromkeys(self.targets, 0)
         self._pages: dict[str, list[Metric]] = {}  # the latest pass: each up target's families
@@ -64,7 +84,24 @@ class VllmCollector:
                 self._latest = latest
         return latest
 
+    def _follow_discovery(self) -> None:
+        """Scrape what discovery found now: new targets join, those no longer found leave."""
+        assert self.discovered is not None
+        static = {_same_target(t.url) for t in self.static}
+        found = {url: method for url, method in self.discovered().items() if _same_target(url) not in static}
+        if found == self._found:
+            return
+        self.scraped = [*self.static, *(Target.of(url, self.token) for url in found)]
+        self.targets = [t.url for t in self.scraped]
+        self._extra = {t: {"target": t, "discovered": found[t]} if t in found else {"target": t} for t in self.targets}
+        with self._lock:
+            self.parse_errors = {t: self.parse_errors.get(t, 0) for t in self.targets}
+        self._found = found
+
     def collect(self) -> Iterable[Metric]:
+        if self.discovered is not None:
+            self._follow_discovery()
+        extra = self._extra
         results: list[ScrapeResult] = scrape_all(self.scraped, self.timeout, self.max_bytes)
         up, seconds = Series(catalog.TARGET_UP), Series(catalog.TARGET_SCRAPE_SECONDS)
         errors = Series(catalog.EXPORTER_PARSE_ERRORS)
@@ -75,11 +112,12 @@ class VllmCollector:
             seconds.add((result.target,), result.seconds)
             if result.parse_error:
                 with self._lock:
-                    self.parse_errors[result.target] += 1
+                    self.parse_errors[result.target] = self.parse_errors.get(result.target, 0) + 1
             if result.up:
                 pages[result.target] = result.families
+                labels = extra.get(result.target) or {"target": result.target}
                 for family in result.families:
-                    yield relabel(family, {"target": result.target})
+                    yield relabel(family, labels)
                     if family.name != catalog.VLLM_CACHE_CONFIG_INFO.name:
                         continue
                     for sample in family.samples:

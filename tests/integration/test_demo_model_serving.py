@@ -18,7 +18,6 @@ from serving.demo_model import SERVED_NAME, synthetic_text
 pytestmark = pytest.mark.integration
 
 
-
 @pytest.fixture
 def client(vllm_server):
     return OpenAI(base_url=vllm_server.base_url + "/v1", api_key="unused", timeout=60)

@@ -53,7 +53,9 @@ def test_emulated_assembly_orders_vllm_before_the_gpus_it_follows():
 
 
 def test_none_backend_serves_host_only():
-    assert [c.name for c in assemble(load(None, {"gpu": "none"})).collectors] == ["host"]
+    assert [c.name for c in assemble(load(None, {"gpu": "none", "discover": ["none"]})).collectors] == ["host"]
+    # with no vllm list, the engines on this machine are looked for (procfs) and scraped
+    assert [c.name for c in assemble(load(None, {"gpu": "none"})).collectors] == ["discovery", "vllm", "host"]
 
 
 def test_the_daemonset_runs_the_exporter_on_the_service_port(tmp_path):
@@ -73,7 +75,8 @@ def test_the_daemonset_runs_the_exporter_on_the_service_port(tmp_path):
     path = tmp_path / "kvscope.yaml"
     path.write_text(docs["ConfigMap"]["data"]["kvscope.yaml"])
     assert "--config=/etc/kvscope/kvscope.yaml" in container["args"]
-    assert load(path, {}).vllm == ["http://127.0.0.1:8000/metrics"]
+    loaded = load(path, {})
+    assert loaded.vllm == [] and loaded.discovery_methods == ["kubernetes"]  # the node's pods, found
 
 
 def test_the_default_port_is_not_dcgm_exporters_so_both_run_on_one_node():

@@ -43,3 +43,10 @@ def test_gpu_alerts_fire_for_either_host_label(spelling, tmp_path, monkeypatch):
         timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:]
+
+
+def test_a_gpu_without_a_host_label_is_named_by_its_scrape_target():
+    from alerts.templates import render
+
+    assert render("on " + d.HOST, {"instance": "node-1:9408"}, 1.0) == "on node-1:9408"
+    assert render("on " + d.HOST, {"Hostname": "n", "instance": "i"}, 1.0) == "on n"

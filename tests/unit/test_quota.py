@@ -55,3 +55,11 @@ def test_each_tenant_has_its_own_bucket():
     quotas.bucket("a", 100).try_take(100)
     assert quotas.bucket("b", 100).available() == 100
     assert quotas.bucket("a", 100).available() == 0
+
+
+def test_a_charge_takes_only_what_the_bucket_holds():
+    clock = Clock()
+    bucket = TokenBucket(100, clock)
+    bucket.try_take(90)
+    bucket.charge(50)
+    assert bucket.available() == 0
