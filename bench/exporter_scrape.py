@@ -39,7 +39,7 @@ import httpx
 import psutil
 
 from bench.common import percentile
-from drill.launcher import free_port, running, start_process
+from drill.launcher import free_port, kvscope_exporter, running
 from kvscope import catalog
 from tests.fakes.pages import PageServer
 
@@ -158,24 +158,8 @@ def bare_registry(snapshot: Path, stack: str, scrapes: int) -> dict[str, float]:
 def exporter(
     target: str, gpus: int, interval: str, workdir: Path, scrapes: int, idle: float
 ) -> tuple[dict[str, float], str]:
-    port = free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "kvscope.cli",
-        "export",
-        "--gpu",
-        "emulated",
-        "--emulated-gpus",
-        str(gpus),
-        "--web.listen-address",
-        f"127.0.0.1:{port}",
-        "--collect-interval",
-        interval,
-        "--vllm",
-        target,
-    ]
-    proc = start_process("kvscope export", argv, f"http://127.0.0.1:{port}", workdir / f"export-{interval}.log")
+    args = ("--gpu", "emulated", "--emulated-gpus", str(gpus), "--collect-interval", interval, "--vllm", target)
+    proc = kvscope_exporter(workdir / f"export-{interval}.log", *args)
     with running(proc, ready_path="/-/healthy", timeout=60):
         exported = httpx.get(proc.base_url + "/metrics", timeout=30).text
         result: dict[str, float] = {}

@@ -2,9 +2,10 @@
 baseline window before it (`--baseline`, default one window's length).
 
 Seed 000's avalanche came from prompts 1.8x longer at the same request rate; that sentence is
-what an on-call needs next to "KV cache full". A change counts when a load signal moved by
-`change_ratio` either way (the prefix hit rate: by `change_hit_points`), when an engine
-restarted (its process start time moved, or its counters reset), when its KV-cache
+what an on-call needs next to "KV cache full". The request rate is the offered load: finished
+requests plus the queue's growth, since a swamped engine finishes fewer while as many arrive.
+A change counts when a load signal moved by `change_ratio` either way (the prefix hit rate: by
+`change_hit_points`), when an engine restarted (its process start time moved, or its counters reset), when its KV-cache
 configuration labels differ, or when a pod serves another model.
 """
 
@@ -25,6 +26,15 @@ LOAD: tuple[tuple[str, str], ...] = (
     ("output_mean", "output_tokens_mean"),
     ("prefix_hit", "prefix_hit_rate"),
 )
+
+
+# A swamped engine finishes fewer requests while as many arrive (the rest wait): the request rate
+# compared is the offered load, finished requests per second plus the queue's growth per second.
+QUEUE_GROWTH = "waiting_slope"
+
+
+def _queue_growth(value: object) -> float:
+    return float(getattr(value, "value", 0.0) or 0.0)
 
 
 @dataclass
@@ -50,6 +60,8 @@ def changes(ctx: Context) -> list[Change]:
             if now is None or past is None:
                 continue
             a, b = now.value, past.value
+            if name == "request_rate":  # what arrives: what finished plus what joined the queue
+                a, b = a + _queue_growth(first(view, QUEUE_GROWTH)), b + _queue_growth(ctx.before(view, QUEUE_GROWTH))
             if name == "prefix_hit":
                 if abs(a - b) >= points:
                     out.append(Change(signal, scope, round(b, 4), round(a, 4), None, where, _ratio(a, b)))

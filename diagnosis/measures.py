@@ -419,6 +419,7 @@ REQUIRED: tuple[str, ...] = (
 # The load and configuration compared with the baseline before the window (`changes`).
 BASELINE: tuple[str, ...] = (
     "request_rate",
+    "waiting_slope",
     "prompt_mean",
     "prompt_p99",
     "output_mean",

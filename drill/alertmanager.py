@@ -215,7 +215,9 @@ def write_webhook_config(path: Path, token_file: Path, after_start: str, base: P
     """kvscope.yaml for the drill's webhook: `base` (the user's file: thresholds, selectors, ...)
     with its `webhook:` section replaced by the drill's token and diagnosis offset."""
     data = read_yaml(base) if base is not None else {}
-    data["webhook"] = {"bearer_token_file": str(token_file.resolve()), "after_start": after_start}
+    # one diagnosis at a time: the drill shares the machine with the engine it measures (a
+    # diagnosis is as of the alert's start, so one that waits its turn reads the same data)
+    data["webhook"] = {"bearer_token_file": str(token_file.resolve()), "after_start": after_start, "workers": 1}
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 

@@ -153,6 +153,20 @@ def vllm_openai_server(
     return start_process("vLLM", argv, f"http://{host}:{port}", log_path)
 
 
+def kvscope_exporter(
+    log_path: Path,
+    *args: str,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    scheme: str = "http",
+) -> ServerProcess:
+    """`kvscope export ARGS` listening on host:port, in its own process group (ready when
+    /-/healthy answers; with `--web.config.file` TLS, pass scheme="https")."""
+    port = port or free_port(host)
+    argv = [sys.executable, "-m", "kvscope.cli", "export", "--web.listen-address", f"{host}:{port}", *args]
+    return start_process("kvscope export", argv, f"{scheme}://{host}:{port}", log_path)
+
+
 def kvscope_server(
     log_path: Path,
     *,

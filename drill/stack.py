@@ -7,7 +7,6 @@ is (end, failure, Ctrl-C)."""
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ import httpx
 
 from diagnosis.webhook_config import WebhookConfig
 from drill import alertmanager, prometheus_server
-from drill.launcher import ServerProcess, free_port, kvscope_server, running, start_process
+from drill.launcher import ServerProcess, free_port, kvscope_exporter, kvscope_server, running
 from kvscope.durations import parse_duration, scaled
 from kvscope.prometheus import PrometheusClient
 
@@ -94,21 +93,15 @@ def started(
         )
         stack.enter_context(running(serve, ready_path="/ready", timeout=SERVE_READY_TIMEOUT))
         export_port = ports.export or free_port()
-        export_argv = [
-            sys.executable,
-            "-m",
-            "kvscope.cli",
-            "export",
+        export_args = [
             "--vllm",
             serve.base_url + "/metrics",
-            "--web.listen-address",
-            f"127.0.0.1:{export_port}",
             "--collect-interval",
             "1",
             *(["--config", str(config)] if config is not None else []),
         ]
-        export_argv += ["--gpu", "emulated", "--emulated-gpus", str(EMULATED_GPUS)] if emulated else ["--gpu", "auto"]
-        export = start_process("kvscope export", export_argv, f"http://127.0.0.1:{export_port}", workdir / "export.log")
+        export_args += ["--gpu", "emulated", "--emulated-gpus", str(EMULATED_GPUS)] if emulated else ["--gpu", "auto"]
+        export = kvscope_exporter(workdir / "export.log", *export_args, port=export_port)
         stack.enter_context(running(export, ready_path="/-/healthy", timeout=60))
         prom_port = ports.prometheus or free_port()
         oncall = None

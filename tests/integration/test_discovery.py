@@ -4,7 +4,6 @@ that stops."""
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +11,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from drill.launcher import ServerProcess, free_port, kvscope_server, running, start_process, vllm_openai_server
+from drill.launcher import (
+    ServerProcess,
+    kvscope_exporter,
+    kvscope_server,
+    running,
+    vllm_openai_server,
+)
 from kvscope import catalog, promtext
 from serving.demo_model import SERVED_NAME
 from tests.waiting import eventually
@@ -44,22 +49,8 @@ def engines(demo_model_path: Path, tmp_path_factory) -> Iterator[dict[str, Serve
 
 @pytest.fixture(scope="module")
 def exporter(tmp_path_factory) -> Iterator[ServerProcess]:
-    port = free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "kvscope.cli",
-        "export",
-        "--gpu",
-        "emulated",
-        "--emulated-gpus",
-        "2",
-        "--collect-interval",
-        str(INTERVAL),
-        "--web.listen-address",
-        f"127.0.0.1:{port}",
-    ]
-    server = start_process("kvscope export", argv, f"http://127.0.0.1:{port}", tmp_path_factory.mktemp("x") / "x.log")
+    args = ("--gpu", "emulated", "--emulated-gpus", "2", "--collect-interval", str(INTERVAL))
+    server = kvscope_exporter(tmp_path_factory.mktemp("export") / "export.log", *args)
     with running(server, ready_path="/-/healthy", timeout=120) as ready:
         yield ready
 

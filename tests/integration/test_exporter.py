@@ -12,7 +12,7 @@ import pytest
 from openai import OpenAI
 
 from drill import prometheus_server
-from drill.launcher import ServerProcess, free_port, kvscope_server, running, start_process
+from drill.launcher import ServerProcess, kvscope_exporter, kvscope_server, running
 from kvscope import catalog
 from kvscope.prometheus import PrometheusClient
 from serving.demo_model import SERVED_NAME
@@ -31,29 +31,17 @@ def target(tmp_path_factory) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="module")
 def exporter(target, tmp_path_factory) -> Iterator[ServerProcess]:
-    port = free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "kvscope.cli",
-        "export",
+    args = (
         "--gpu",
         "emulated",
         "--emulated-gpus",
         "4",
         "--vllm",
         target.base_url + "/metrics",
-        "--web.listen-address",
-        f"127.0.0.1:{port}",
         "--collect-interval",
         "1",
-    ]
-    server = start_process(
-        "kvscope export",
-        argv,
-        f"http://127.0.0.1:{port}",
-        tmp_path_factory.mktemp("export") / "export.log",
     )
+    server = kvscope_exporter(tmp_path_factory.mktemp("export") / "export.log", *args)
     with running(server, ready_path="/-/healthy", timeout=60) as ready:
         yield ready
 

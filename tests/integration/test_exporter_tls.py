@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import ssl
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from drill.launcher import ServerProcess, free_port, start_process
+from drill.launcher import ServerProcess, kvscope_exporter
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -89,22 +88,8 @@ def exporter(pki) -> Iterator[ServerProcess]:
         "  min_version: TLS13\n"
         f"basic_auth_users:\n  prometheus: '{hashed}'\n"
     )
-    port = free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "kvscope.cli",
-        "export",
-        "--gpu",
-        "emulated",
-        "--web.config.file",
-        str(web),
-        "--web.listen-address",
-        f"127.0.0.1:{port}",
-        "--collect-interval",
-        "1",
-    ]
-    server = start_process("kvscope export", argv, f"https://127.0.0.1:{port}", pki["folder"] / "export.log")
+    args = ("--gpu", "emulated", "--web.config.file", str(web), "--collect-interval", "1")
+    server = kvscope_exporter(pki["folder"] / "export.log", *args, scheme="https")
     client = _client(pki)
 
     def ready() -> bool:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import time
 from collections.abc import Iterator
 
@@ -17,7 +16,7 @@ from openai import OpenAI
 from alerts import build as alert_build
 from dashboards import build as dash_build
 from drill import prometheus_server
-from drill.launcher import ServerProcess, free_port, running, start_process
+from drill.launcher import ServerProcess, free_port, kvscope_exporter, running
 from kvscope.prometheus import PrometheusClient
 from serving.demo_model import SERVED_NAME
 from tests.waiting import eventually
@@ -29,27 +28,17 @@ pytestmark = pytest.mark.integration
 def stack(kvscope, tmp_path_factory) -> Iterator[tuple[ServerProcess, PrometheusClient]]:
     work = tmp_path_factory.mktemp("stack")
     port = free_port()
-    exporter = start_process(
-        "kvscope export",
-        [
-            sys.executable,
-            "-m",
-            "kvscope.cli",
-            "export",
-            "--gpu",
-            "emulated",
-            "--emulated-gpus",
-            "2",
-            "--vllm",
-            kvscope.base_url + "/metrics",
-            "--web.listen-address",
-            f"127.0.0.1:{port}",
-            "--collect-interval",
-            "1",
-        ],
-        f"http://127.0.0.1:{port}",
-        work / "export.log",
+    args = (
+        "--gpu",
+        "emulated",
+        "--emulated-gpus",
+        "2",
+        "--vllm",
+        kvscope.base_url + "/metrics",
+        "--collect-interval",
+        "1",
     )
+    exporter = kvscope_exporter(work / "export.log", *args, port=port)
     rules = alert_build.ALERTS_DIR / alert_build.RULES_FILE
     with running(exporter, ready_path="/-/healthy", timeout=60):
         prom = prometheus_server.start(

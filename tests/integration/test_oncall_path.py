@@ -20,7 +20,7 @@ import yaml
 from alerts import build as alert_build
 from drill import alertmanager, prometheus_server
 from drill import rules as drill_rules
-from drill.launcher import ServerProcess, free_port, running, start_process
+from drill.launcher import ServerProcess, free_port, kvscope_exporter, running
 from kvscope.durations import parse_time
 from kvscope.prometheus import PrometheusClient
 from tests.waiting import eventually
@@ -46,24 +46,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OnCallStack]:
     rules = work / "kvscope-rules.fast.yaml"
     rules.write_text(yaml.safe_dump(drill_rules.compress(source, SPEEDUP, 1), sort_keys=False, width=1000))
     export_port, prom_port = free_port(), free_port()
-    exporter = start_process(
-        "kvscope export",
-        [
-            sys.executable,
-            "-m",
-            "kvscope.cli",
-            "export",
-            "--gpu",
-            "emulated",
-            "--emulated-gpus",
-            "2",
-            "--web.listen-address",
-            f"127.0.0.1:{export_port}",
-            "--collect-interval",
-            "1",
-        ],
-        f"http://127.0.0.1:{export_port}",
-        work / "export.log",
+    exporter = kvscope_exporter(
+        work / "export.log", "--gpu", "emulated", "--emulated-gpus", "2", "--collect-interval", "1", port=export_port
     )
     with (
         running(exporter, ready_path="/-/healthy", timeout=60),

@@ -35,3 +35,18 @@ def test_a_restart_a_new_configuration_and_another_model_are_named():
     assert [c.signal for c in moved] == ["cache_config"] and "num_gpu_blocks=50" in str(moved[0].after)
     other = changes(_m({"request_rate": 5}, {"request_rate": 5}, before_labels={**POD, "model_name": "old"}))
     assert [(c.signal, c.before, c.after) for c in other] == [("model", "old", "m")]
+
+
+def test_fewer_finishes_while_the_queue_grows_is_the_same_offered_load():
+    # the avalanche: 7.4 requests/s arrive before and after; once the engine is swamped only 5.1
+    # finish and the other 2.4 a second wait (the queue grows): not "request rate 1.4x lower"
+    now = {"request_rate": 5.1, "waiting_slope": 2.4, "prompt_mean": 1880}
+    found = changes(_m(now, {"request_rate": 7.4, "waiting_slope": 0.0, "prompt_mean": 1410}))
+    assert [c.signal for c in found] == ["prompt_tokens_mean"]
+    assert sentence(found[0], found).endswith("at the same request rate")
+
+
+def test_a_real_drop_in_arrivals_is_still_named():
+    found = changes(_m({"request_rate": 3.0, "waiting_slope": 0.0}, {"request_rate": 7.4, "waiting_slope": 0.0}))
+    assert [c.signal for c in found] == ["request_rate"]
+    assert "request rate 2.5x lower (7.40 -> 3.00/s)" in sentence(found[0], found)

@@ -50,7 +50,11 @@ def test_the_drills_webhook_config_keeps_the_users_thresholds_and_sets_its_own_w
     path = alertmanager.write_webhook_config(tmp_path / "w.yaml", tmp_path / "token", "6s", users)
     data = yaml.safe_load(path.read_text())
     assert data["thresholds"] == {"kv_usage_critical": 0.95}
-    assert data["webhook"] == {"bearer_token_file": str((tmp_path / "token").resolve()), "after_start": "6s"}
+    assert data["webhook"] == {
+        "bearer_token_file": str((tmp_path / "token").resolve()),
+        "after_start": "6s",
+        "workers": 1,
+    }
 
 
 def test_the_stand_in_receiver_keeps_each_post_by_path():
