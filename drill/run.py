@@ -261,8 +261,12 @@ def run_profile(
         # the window opens one rule window before the change: an event at the change itself (an XID
         # counted from 0 to 1) needs a sample before it inside the window for increase() to see it
         lead = min(parse_duration(window), (changed - started) / 2)
+        # as of the traffic's end (plus a scrape), not after the queue drained: on a slow machine the
+        # drain takes tens of seconds in which nothing arrives, and the window's request rate would
+        # read as a drop in load that never happened
+        at = min(ended, traffic_end + options.scrape_interval)
         diagnosis, markdown = _diagnose(
-            st, ended, ended - changed + lead, changed - started - lead, parse_duration(window), options.config, bundle
+            st, at, at - changed + lead, changed - started - lead, parse_duration(window), options.config, bundle
         )
         console.print(
             f"diagnosis ({profile}): [bold]{diagnosis['bottleneck']}[/]: {diagnosis['summary']}", highlight=False
