@@ -28,3 +28,12 @@ def eventually(check: Callable[[], T], timeout: float = 60.0, interval: float = 
         if time.monotonic() > deadline:
             raise AssertionError(f"not {what or 'true'} after {timeout:.0f} s (last: {last!r})")
         time.sleep(interval)
+
+
+def holds(check: Callable[[], object], seconds: float, interval: float = 0.2, what: str = "") -> None:
+    """`check` stays truthy for `seconds` (something that must not happen, watched for a while)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        result = check()
+        assert result, f"{what or 'the condition'} stopped holding ({result!r})"
+        time.sleep(interval)

@@ -23,7 +23,7 @@ from drill import rules as drill_rules
 from drill.launcher import ServerProcess, free_port, kvscope_exporter, running
 from kvscope.durations import parse_time
 from kvscope.prometheus import PrometheusClient
-from tests.waiting import eventually
+from tests.waiting import eventually, holds
 
 pytestmark = pytest.mark.integration
 
@@ -146,8 +146,6 @@ def test_the_resolution_is_not_diagnosed_again(stack: OnCallStack):
     def diagnosed() -> list[dict]:
         return [r for r in stack.oncall.reports() if r["alertname"] == ALERT]
 
-    deadline = time.monotonic() + 5  # long enough for a post made with the tap's to be queued
-    while time.monotonic() < deadline:
-        assert len(diagnosed()) == 1, diagnosed()
-        time.sleep(0.5)
+    # long enough for a post made with the tap's to be queued
+    holds(lambda: len(diagnosed()) == 1, seconds=5, what="one report for the alert")
     assert len([p for p in stack.oncall.notifications() if _about(p)]) == len(firing) == 1
