@@ -16,13 +16,14 @@ demo: setup
 quickstart: setup
 	$(PY) -m drill.quickstart
 
-## The whole suite, as CI runs it (unit + integration; GPU tests skip without a GPU).
+## The whole suite, as CI runs it: unit tests on every core, then integration (real engines) one at a time.
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest tests/unit tests/gpu -n auto
+	$(PY) -m pytest tests/integration
 
-## Unit tests only: seconds, no vLLM engine, no Prometheus.
+## Unit tests only, on every core: under a minute, no vLLM engine, no Prometheus (`slow` ones: `make test`).
 test-fast: setup
-	$(PY) -m pytest -m "not integration and not slow"
+	$(PY) -m pytest -m "not integration and not slow" -n auto
 
 ## Tests that need an NVIDIA GPU (real NVML, XID watcher).
 test-gpu: setup

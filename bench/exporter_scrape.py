@@ -165,8 +165,8 @@ def exporter(
         result: dict[str, float] = {}
         if idle > 0:
             time.sleep(float(interval))  # past the first collections of the start
-            result["idle_core_share"] = idle_cpu(proc.proc.pid, idle)
-        result |= measure(proc.base_url + "/metrics", proc.proc.pid, scrapes)
+            result["idle_core_share"] = idle_cpu(proc.pid, idle)
+        result |= measure(proc.base_url + "/metrics", proc.pid, scrapes)
     return result, exported
 
 

@@ -110,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         ours = stack.enter_context(server("kvscope", workdir))
         for i in range(args.rounds):
             first, second = (plain, ours) if i % 2 == 0 else (ours, plain)  # alternate who goes first
-            a = one_round(first.base_url, first.proc.pid, i)
-            b = one_round(second.base_url, second.proc.pid, i)
+            a = one_round(first.base_url, first.pid, i)
+            b = one_round(second.base_url, second.pid, i)
             rounds.append((a, b) if first is plain else (b, a))
     result = {
         "rounds": [{"vllm": v, "kvscope": k} for v, k in rounds],

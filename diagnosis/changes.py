@@ -2,8 +2,11 @@
 baseline window before it (`--baseline`, default one window's length).
 
 Seed 000's avalanche came from prompts 1.8x longer at the same request rate; that sentence is
-what an on-call needs next to "KV cache full". The request rate is the offered load: finished
-requests plus the queue's growth, since a swamped engine finishes fewer while as many arrive.
+what an on-call needs next to "KV cache full". The load compared is what arrived: kvscope serve
+counts each request and its prompt at admission, and those counts are read where they exist.
+vLLM's own request counters and prompt histograms are written when a request ends, so under
+saturation they lag and lean toward the short requests that do finish; where only they exist,
+the request rate is the offered load, finished requests plus the queue's growth (never below 0).
 A change counts when a load signal moved by `change_ratio` either way (the prefix hit rate: by
 `change_hit_points`), when an engine restarted (its process start time moved, or its counters reset), when its KV-cache
 configuration labels differ, or when a pod serves another model.
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 
 from diagnosis.checks import Context, Key, View, first, labels_of, value
 from diagnosis.findings import affected
-from diagnosis.measures import Entity, entity_key
+from diagnosis.measures import Entity, Value, entity_key
 from kvscope import thresholds as t
 
 # (measure, the signal's name in `changes`)
@@ -26,6 +29,13 @@ LOAD: tuple[tuple[str, str], ...] = (
     ("output_mean", "output_tokens_mean"),
     ("prefix_hit", "prefix_hit_rate"),
 )
+
+# The same load counted at arrival (kvscope serve's admission), preferred where it exists.
+ARRIVALS: dict[str, str] = {
+    "request_rate": "arrival_rate",
+    "prompt_mean": "arrival_prompt_mean",
+    "prompt_p99": "arrival_prompt_p99",
+}
 
 
 # A swamped engine finishes fewer requests while as many arrive (the rest wait): the request rate
@@ -52,16 +62,27 @@ def changes(ctx: Context) -> list[Change]:
     """Every change on every engine, largest first."""
     out: list[Change] = []
     ratio_limit, points = ctx.limit(t.CHANGE_RATIO), ctx.limit(t.CHANGE_HIT_POINTS)
+    # kvscope serve's own series carry no `engine` label: where vLLM's engines of that instance
+    # have views of their own, the gateway's view is read through them (_arrived), not again
+    engined = {_without_engine(labels_of(v)) for v in ctx.engines.values() if labels_of(v).get("engine")}
     for view in ctx.engines.values():
         labels, where = labels_of(view), ctx.scope(view)
         scope = affected(labels)
+        if not labels.get("engine") and _without_engine(labels) in engined:
+            continue
         for name, signal in LOAD:
-            now, past = first(view, name), ctx.before(view, name)
-            if now is None or past is None:
-                continue
-            a, b = now.value, past.value
-            if name == "request_rate":  # what arrives: what finished plus what joined the queue
-                a, b = a + _queue_growth(first(view, QUEUE_GROWTH)), b + _queue_growth(ctx.before(view, QUEUE_GROWTH))
+            pair = _arrived(ctx, view, ARRIVALS[name]) if name in ARRIVALS else None
+            if pair is None:
+                now, past = first(view, name), ctx.before(view, name)
+                if now is None or past is None:
+                    continue
+                pair = now.value, past.value
+                if name == "request_rate":  # what arrives: what finished plus what joined the queue
+                    pair = (
+                        max(0.0, pair[0] + _queue_growth(first(view, QUEUE_GROWTH))),
+                        max(0.0, pair[1] + _queue_growth(ctx.before(view, QUEUE_GROWTH))),
+                    )
+            a, b = pair
             if name == "prefix_hit":
                 if abs(a - b) >= points:
                     out.append(Change(signal, scope, round(b, 4), round(a, 4), None, where, _ratio(a, b)))
@@ -77,6 +98,26 @@ def changes(ctx: Context) -> list[Change]:
     out += _models(ctx)
     out.sort(key=lambda c: -abs(c.ratio))
     return out
+
+
+def _without_engine(labels: dict[str, str]) -> frozenset[tuple[str, str]]:
+    return frozenset((k, v) for k, v in labels.items() if k != "engine")
+
+
+def _arrived(ctx: Context, view: View, name: str) -> tuple[float, float] | None:
+    """An arrival measure (now, before) for the instance serving `view`: kvscope serve counts at
+    its gateway, once per instance, so the match leaves vLLM's data-parallel `engine` label out."""
+    labels = {k: v for k, v in labels_of(view).items() if k != "engine"}
+
+    def find(values: list[Value]) -> float | None:
+        for v in values:
+            own = entity_key(v.labels, Entity.ENGINE)
+            if own and all(labels.get(k) == val for k, val in own):
+                return max(0.0, v.value)
+        return None
+
+    now, past = find(ctx.m.get(name)), find(ctx.m.baseline.get(name, []))
+    return None if now is None or past is None else (now, past)
 
 
 def _ratio(a: float, b: float) -> float:

@@ -51,6 +51,7 @@ class Kind(StrEnum):
     DERIV = "deriv"  # slope per second over the window
     RATE = "rate"  # counter rate per second over the window
     RATE_RECENT = "rate_recent"  # counter rate over the last 5 minutes
+    COUNT_RATE = "count_rate"  # a histogram's observations per second over the window
     INCREASE = "increase"  # counter increase over the window
     RATIO = "ratio"  # increase(numerator) / increase(denominator) over the window
     RATIO_RECENT = "ratio_recent"  # ... over the last 5 minutes
@@ -214,6 +215,29 @@ MEASURES: tuple[Measure, ...] = (
     ),
     _m("prompt_tps", E, Kind.RATE, c.VLLM_PROMPT_TOKENS, help="prompt tokens per second"),
     _m("request_rate", E, Kind.RATE, c.VLLM_REQUEST_SUCCESS, help="finished requests per second"),
+    # what arrives, counted by kvscope serve at admission (vLLM counts a request when it ends)
+    _m(
+        "arrival_rate",
+        E,
+        Kind.COUNT_RATE,
+        c.GATEWAY_ADMITTED_PROMPT_TOKENS,
+        help="requests admitted per second (kvscope serve)",
+    ),
+    _m(
+        "arrival_prompt_mean",
+        E,
+        Kind.MEAN,
+        c.GATEWAY_ADMITTED_PROMPT_TOKENS,
+        help="mean prompt length of the requests admitted (kvscope serve)",
+    ),
+    _m(
+        "arrival_prompt_p99",
+        E,
+        Kind.QUANTILE,
+        c.GATEWAY_ADMITTED_PROMPT_TOKENS,
+        quantile=0.99,
+        help="p99 prompt length of the requests admitted (kvscope serve)",
+    ),
     _m(
         "error_ratio",
         E,
@@ -419,6 +443,9 @@ REQUIRED: tuple[str, ...] = (
 # The load and configuration compared with the baseline before the window (`changes`).
 BASELINE: tuple[str, ...] = (
     "request_rate",
+    "arrival_rate",
+    "arrival_prompt_mean",
+    "arrival_prompt_p99",
     "waiting_slope",
     "prompt_mean",
     "prompt_p99",

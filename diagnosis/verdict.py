@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from diagnosis.alerts import Firing, explain, matches, unexplained
 from diagnosis.changes import Change, changes, sentence
-from diagnosis.checks import Context, all_checks, value
+from diagnosis.checks import Context, all_checks, labels_of, value
 from diagnosis.findings import (
     HEALTHY,
     INSUFFICIENT_DATA,
@@ -292,13 +292,16 @@ def triage(ctx: Context, findings: list[Finding]) -> list[Step]:
             detail += f"; up to {swapped[0]:.0f} swapped (V0)"
         steps.append(Step(4, "preemption", status, detail))
     dram = _worst(ctx, "dram_active_avg", "gpus")
+    emulated = bool(ctx.gpus) and all(labels_of(g).get("emulated") == "true" for g in ctx.gpus.values())
     capture = (
         "next: capture the engine's kernels. vLLM's profiler: VLLM_TORCH_PROFILER_DIR=/tmp/vllm-prof, then "
         "curl -X POST <server>/start_profile, load for 30 s, curl -X POST <server>/stop_profile; or "
         "nsys profile -t cuda,nvtx,osrt -o vllm-%p --delay 60 --duration 30 <vllm command>; "
         "one kernel in depth: ncu --target-processes all -k regex:attention --launch-count 20 -o attn <vllm command>"
     )
-    if dram is None:
+    if emulated:  # an emulated GPU's DRAM activity is made up from the engine's load: no claim on it
+        steps.append(Step(5, "kernels", "skipped", "emulated GPUs have no kernel-level readings; " + capture))
+    elif dram is None:
         steps.append(
             Step(
                 5,

@@ -396,6 +396,11 @@ def _slack_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def slack_unescape(text: str) -> str:
+    """The notification's `text` as a terminal shows it: the exact inverse of its Slack escaping."""
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
 @dataclasses.dataclass
 class Forwarder:
     """Posts notifications to --forward: each attempt within `timeout` seconds (the answer

@@ -40,6 +40,14 @@ def drill(
     alert_speedup: Annotated[
         float, typer.Option(help="Divide every alert-rule duration by this, so alerts fire within a drill.")
     ] = 20.0,
+    rate: Annotated[
+        float | None,
+        typer.Option(help="Requests per second before and after the change (default: calibrated to this engine)."),
+    ] = None,
+    kv_pool_tokens: Annotated[
+        int | None,
+        typer.Option(help="KV pool in tokens (default: the scenario's, enlarged by the calibration if needed)."),
+    ] = None,
     config: ConfigOption = None,
 ) -> None:
     """Reproduce an incident on the real stack; show alerts, diagnosis and the fix."""
@@ -59,6 +67,10 @@ def drill(
         if alert_speedup < 1:
             raise ValueError(f"--alert-speedup must be at least 1, not {alert_speedup:g}")
         port_choice = Ports.parse(ports)
+        if rate is not None and not 0 < rate <= 10_000:
+            raise ValueError(f"--rate must be above 0 and at most 10000 requests/s, not {rate:g}")
+        if kv_pool_tokens is not None and not 1024 <= kv_pool_tokens <= 100_000_000:
+            raise ValueError(f"--kv-pool-tokens must be 1024 to 100000000, not {kv_pool_tokens}")
     except ValueError as exc:
         fail("drill", str(exc))
     options = DrillOptions(
@@ -72,5 +84,7 @@ def drill(
         gpu=gpu,
         command=main_command(sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == "drill" else [scenario]),
         config=settings,
+        rate=rate,
+        kv_pool_tokens=kv_pool_tokens,
     )
     raise typer.Exit(run(options))

@@ -1,7 +1,9 @@
 """Start and stop server processes (vLLM, kvscope serve, Prometheus) cleanly.
 
 Each server runs in its own process group: vLLM starts an engine-core process and workers,
-and stopping the group leaves nothing listening, also after a failure or Ctrl-C.
+and stopping the group leaves nothing listening, also after a failure or Ctrl-C. Each is
+started on a leash (drill/leash.py) that stops its group when the process that started it
+dies, however it dies (SIGKILL, a test runner's timeout), so nothing outlives its drill.
 """
 
 from __future__ import annotations
@@ -46,6 +48,25 @@ class ServerProcess:
     proc: subprocess.Popen[bytes]
     base_url: str
     log_path: Path
+
+    @property
+    def pid(self) -> int:
+        """The server's own process id: the leash's child (`proc` is the leash)."""
+        import psutil
+
+        deadline = time.monotonic() + 10
+        while True:
+            with contextlib.suppress(psutil.Error):
+                children = psutil.Process(self.proc.pid).children()
+                if children:
+                    return int(children[0].pid)
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise ServerFailedError(f"{self.name} is not running (its leash has no child)")
+            time.sleep(0.05)
+
+    def signal_server(self, sig: signal.Signals) -> None:
+        """Send `sig` to the server process only (as Kubernetes does), not to its group."""
+        os.kill(self.pid, sig)
 
     def log_tail(self, lines: int = 25) -> str:
         try:
@@ -93,11 +114,12 @@ def start_process(
     log_path: Path,
     env: Mapping[str, str] | None = None,
 ) -> ServerProcess:
-    """Start `argv` in a new process group with output to `log_path`."""
+    """Start `argv` in a new process group, on a leash to this process, with output to `log_path`."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    leashed = [sys.executable, "-m", "drill.leash", str(os.getpid()), "--", *argv]
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            list(argv),
+            leashed,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from drill.calibrate import Calibration
 from drill.report_dir import ReportDir
 from drill.results import ProfileRun, comparison_rows, markdown_table
 from drill.scenarios import Scenario
@@ -86,7 +87,17 @@ def plot(run: ProfileRun, scenario: Scenario, path: Path, limits: Thresholds = D
     return path
 
 
-REQUEST_COLUMNS = ("sent_s", "phase", "class", "prompt_tokens", "ttft_s", "latency_s", "output_tokens", "error")
+REQUEST_COLUMNS = (
+    "sent_s",
+    "phase",
+    "class",
+    "prompt_tokens",
+    "ttft_s",
+    "latency_s",
+    "output_tokens",
+    "error",
+    "aborted_after_s",
+)
 
 
 def write_requests(run: ProfileRun, path: Path) -> Path:
@@ -105,6 +116,7 @@ def write_requests(run: ProfileRun, path: Path) -> Path:
                     "" if o.latency is None else f"{o.latency:.4f}",
                     o.output_tokens,
                     o.error or "",
+                    "" if o.aborted is None else f"{o.aborted:.4f}",
                 ]
             )
     return path
@@ -154,6 +166,7 @@ def write(
     verdict: str,
     limits: Thresholds = DEFAULTS,
     notifications: Mapping[str, Sequence[Mapping[str, Any]] | None] | None = None,
+    calibration: Calibration | None = None,
 ) -> Path:
     """Write the whole report into a folder the drill claimed; returns the summary's path.
     `notifications`: per profile, what reached the on-call receiver (alertmanager.digest)."""
@@ -162,8 +175,11 @@ def write(
         "",
         f"Seed {scenario.seed}: {scenario.story}.",
         "",
-        f"- Traffic: the seeds' mix at {scenario.rate:g} requests/s; the change at "
-        f"{runs[0].changed - runs[0].started:.0f} s of {runs[0].traffic_end - runs[0].started:.0f} s.",
+        f"- Traffic: the seeds' mix at {calibration.rate if calibration else 0:g} requests/s; the change at "
+        f"{runs[0].changed - runs[0].started:.0f} s of {runs[0].traffic_end - runs[0].started:.0f} s; requests "
+        "unanswered when the traffic stops are aborted (counted apart from failures; a short request's TTFT "
+        "then counts as the time it had waited, a lower bound).",
+        f"- {calibration.line() if calibration else 'calibration: none'}",
         f"- Expected: alert {' or '.join(scenario.alerts)}; diagnosis `{scenario.expected}`.",
         f"- Alert rules: `alerts/kvscope-rules.yaml` with every duration divided by {speedup:g} "
         f"(`for: 5m` waits {scaled('5m', speedup)}) so alerts fire within a short drill.",
@@ -205,6 +221,7 @@ def write(
                 "alert_speedup": speedup,
                 "passed": passed,
                 "verdict": verdict,
+                "calibration": calibration.record() if calibration else None,
                 "profiles": {
                     r.profile: {**r.summary(), "notifications": (notifications or {}).get(r.profile)} for r in runs
                 },

@@ -26,7 +26,7 @@ class ProfileRun:
     started: float  # wall-clock time the traffic started
     changed: float  # ... the scenario's change started
     traffic_end: float  # ... the last request was sent
-    ended: float  # ... every request had finished
+    ended: float  # ... the last request was answered or aborted
     outcomes: list[Outcome]
     alerts: AlertLog
     diagnosis: dict[str, Any]  # diagnosis.report.to_dict
@@ -39,7 +39,11 @@ class ProfileRun:
     profile_flags: list[str] = field(default_factory=list)  # what the profile sets on this hardware
 
     def _ttfts(self, klass: str, phase: str) -> list[float]:
-        return [o.ttft for o in self.outcomes if o.klass == klass and o.phase == phase and o.ttft is not None]
+        """TTFTs of a class in a phase; a request aborted at the window's end before its first
+        token counts with the time it had waited (a lower bound), so the worst are not left out."""
+        return [
+            t for o in self.outcomes if o.klass == klass and o.phase == phase and (t := o.ttft_at_least) is not None
+        ]
 
     @property
     def short_p99_ttft_s(self) -> float | None:
@@ -58,6 +62,11 @@ class ProfileRun:
     @property
     def failed(self) -> int:
         return sum(1 for o in self.outcomes if o.error)
+
+    @property
+    def aborted(self) -> int:
+        """Requests still unanswered when the traffic stopped (not failures: the drill ended them)."""
+        return sum(1 for o in self.outcomes if o.aborted is not None)
 
     @property
     def throughput_tok_s(self) -> float:
@@ -82,6 +91,7 @@ class ProfileRun:
             "profile_flags": self.profile_flags,
             "requests": len(self.outcomes),
             "failed": self.failed,
+            "aborted": self.aborted,
             "short_p50_ttft_s": self.short_p50_ttft_s,
             "short_p99_ttft_s": self.short_p99_ttft_s,
             "long_p99_ttft_s": self.long_p99_ttft_s,
@@ -137,6 +147,7 @@ def comparison_rows(runs: Sequence[ProfileRun]) -> list[list[str]]:
         ("queue time p99", "s", lambda r: r.queue_p99_s),
         ("throughput (generated)", "tok/s", lambda r: r.throughput_tok_s),
         ("failed requests", "n", lambda r: float(r.failed)),
+        ("unanswered when the traffic stopped (aborted)", "n", lambda r: float(r.aborted)),
     ]
     for label, unit, get in metrics:
         values = [get(r) for r in runs]

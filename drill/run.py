@@ -22,11 +22,13 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from drill import alertmanager, observe, report, stack
+from diagnosis.webhook import slack_unescape
+from drill import alertmanager, drill_config, observe, report, stack
 from drill import rules as drill_rules
+from drill.calibrate import Calibration, calibrate, probe
 from drill.report_dir import ReportDir, ReportDirRefused
 from drill.results import ProfileRun, comparison_rows, percentile
-from drill.scenarios import Scenario
+from drill.scenarios import SEEDS_MIX, Scenario
 from drill.traffic import Driver, Phase
 from kvscope import exitcodes
 from kvscope.config import Config
@@ -34,7 +36,7 @@ from kvscope.durations import format_duration, parse_duration, scaled
 from serving.hardware import detect
 
 POLL = 2.0  # seconds between looks at Prometheus while traffic runs
-NOTIFY_WAIT = 90.0  # at the end, how long the paged alerts' notifications may still take
+NOTIFY_WAIT = 30.0  # at the end, how long the paged alerts' notifications may still take
 
 
 class Terminated(KeyboardInterrupt):
@@ -70,22 +72,78 @@ class DrillOptions:
     scrape_interval: float = 2.0
     command: str = ""
     config: Config = field(default_factory=Config)
+    rate: float | None = None  # requests per second; None: calibrated to the engine
+    kv_pool_tokens: int | None = None  # None: the scenario's (or the calibration's)
 
 
 class DrillUsageError(ValueError):
     """The options cannot work together (exit 64)."""
 
 
-def engine_args(scenario: Scenario, model: str | None, gpu_present: bool) -> list[str]:
-    """Flags every profile gets: the scenario's KV pool, and eager mode on CPU (half the start-up)."""
+def engine_args(scenario: Scenario, model: str | None, gpu_present: bool, pool_tokens: int | None = None) -> list[str]:
+    """Flags every profile gets: the KV pool (`pool_tokens`, else the scenario's), and eager mode
+    on CPU (half the start-up)."""
     args = [] if gpu_present else ["--enforce-eager"]
-    if scenario.kv_pool_tokens:
+    pool = pool_tokens or scenario.kv_pool_tokens
+    if pool:
         from kvscope.model_shape import load_shape
         from serving.demo_model import ensure_demo_model
 
         shape = load_shape(model or ensure_demo_model())
-        args += ["--kv-cache-memory-bytes", str(scenario.kv_pool_tokens * shape.kv_bytes_per_token(2))]
+        args += ["--kv-cache-memory-bytes", str(pool * shape.kv_bytes_per_token(2))]
     return [*args, *scenario.engine_args]
+
+
+class PoolChangedError(Exception):
+    """The calibration chose another KV pool than the engine was started with: start again."""
+
+
+@dataclass
+class Calibrating:
+    """The drill's calibration, measured once on the first profile's engine and kept for the rest."""
+
+    options: DrillOptions
+    console: Console
+    rules: Path  # the compressed alert rules, written once the latency limits are known
+    config: Config  # the stack's kvscope.yaml (drill_config.py), rewritten by the calibration
+    calibration: Calibration | None = None
+
+    @property
+    def pool(self) -> int | None:
+        if self.calibration is not None:
+            return self.calibration.kv_pool_tokens
+        return self.options.kv_pool_tokens or self.options.scenario.kv_pool_tokens
+
+    def on_serve_ready(self, profile: str, started_with: int | None) -> stack.ServeReady | None:
+        """What runs once the first engine answers, before the monitoring starts (its load must
+        not count in the rules' windows): the probe, unless --rate makes it needless."""
+        if self.calibration is not None:
+            return None
+        options, scenario = self.options, self.options.scenario
+
+        def measure(base_url: str) -> None:
+            measured = None
+            if options.rate is None:
+                self.console.print(f"calibrating: a probe of the seeds' mix on the {profile} profile ...")
+                measured = asyncio.run(probe(base_url, _served_model(base_url), SEEDS_MIX))
+            self.calibration = calibrate(
+                measured,
+                load=scenario.load,
+                mix=SEEDS_MIX,
+                pool_tokens=scenario.kv_pool_tokens,
+                rate=options.rate,
+                pool_override=options.kv_pool_tokens,
+                probed_profile=profile,
+            )
+            self.console.print(self.calibration.line(), highlight=False)
+            assert self.config.path is not None
+            self.config = drill_config.write(self.config.path, options.config, self.calibration.latency_scale)
+            self.console.print(drill_config.described(self.config, self.calibration.latency_scale), highlight=False)
+            drill_rules.write(self.rules, options.speedup, options.scrape_interval, self.config)
+            if self.calibration.kv_pool_tokens != started_with:
+                raise PoolChangedError
+
+        return measure
 
 
 def choose_gpu(option: str, scenario: Scenario, gpu_present: bool) -> bool:
@@ -113,7 +171,9 @@ class Monitor:
         self.console, self.stack, self.driver, self.profile, self.alerts = console, st, driver, profile, alerts
         self.gauges = observe.Gauges()
         self.changed_at: float | None = None
-        self.notified = 0  # notifications already printed
+        # notifications already printed: on a stack that ran a scenario before, those are its
+        self.first = len(st.oncall.notifications()) if st.oncall else 0
+        self.notified = self.first
 
     def poll(self) -> None:
         now = time.time()
@@ -135,7 +195,11 @@ class Monitor:
         posts = self.stack.oncall.notifications()
         for post in posts[self.notified :]:
             text = post.body.get("text") if isinstance(post.body, dict) else None
-            self.console.print(f"[magenta]NOTIFIED[/] the on-call receiver got: {text or post.body}", highlight=False)
+            # the receiver gets Slack's escaping (`->` as `-&gt;`); a terminal shows the words
+            shown = slack_unescape(text) if isinstance(text, str) else post.body
+            self.console.print(
+                "[magenta]NOTIFIED[/] the on-call receiver got: ", Text(str(shown)), sep="", highlight=False
+            )
         self.notified = len(posts)
 
     def render(self) -> Table:
@@ -192,27 +256,42 @@ async def _drive(
     traffic = asyncio.create_task(monitor.driver.run(phases, on_phase))
     live = Live(monitor.render(), console=console, refresh_per_second=2, transient=True)
     with live:
-        sent_all = None
         while not traffic.done():
             await asyncio.sleep(POLL)
             await asyncio.to_thread(monitor.poll)
             live.update(monitor.render())
-            if sent_all is None and monitor.driver.progress.phase == "draining":
-                sent_all = time.time()
         traffic.result()
     drained = time.time()
-    marks.append(sent_all or drained)
+    marks.append(monitor.driver.progress.ended_at or drained)
     marks.append(drained)
     return marks
 
 
+@dataclass
+class Segment:
+    """One scenario's run on one profile, and what reached the on-call receiver (None: no path)."""
+
+    scenario: Scenario
+    run: ProfileRun
+    notifications: list[dict] | None
+
+
 def run_profile(
-    console: Console, options: DrillOptions, profile: str, rules: Path, emulated: bool
-) -> tuple[ProfileRun, list[dict] | None]:
-    """One profile's run, and the notifications that reached the on-call receiver (None: none could)."""
-    scenario = options.scenario
-    phases = scenario.phases(options.duration)
-    args = engine_args(scenario, options.model, detect().has_gpu)
+    console: Console, options: DrillOptions, profile: str, emulated: bool, calibrating: Calibrating
+) -> Segment:
+    """One profile: its stack, the scenario's traffic, the diagnosis."""
+    try:
+        return _run_profile(console, options, profile, emulated, calibrating)
+    except PoolChangedError:
+        console.print("the calibrated KV pool differs from the scenario's: starting the engine again with it")
+        return _run_profile(console, options, profile, emulated, calibrating)
+
+
+def _run_profile(
+    console: Console, options: DrillOptions, profile: str, emulated: bool, calibrating: Calibrating
+) -> Segment:
+    pool = calibrating.pool
+    args = engine_args(options.scenario, options.model, detect().has_gpu, pool)
     workdir = options.report / "logs" / profile
     console.rule(f"profile {profile}")
     console.print(
@@ -224,14 +303,15 @@ def run_profile(
     with stack.started(
         workdir,
         profile=profile,
-        rules=rules,
+        rules=calibrating.rules,
         ports=options.ports,
         engine_args=args,
         model=options.model,
         emulated=emulated,
         scrape_interval=format_duration(options.scrape_interval),
-        config=options.config.path,
+        config=calibrating.config.path,
         speedup=options.speedup,
+        on_serve_ready=calibrating.on_serve_ready(profile, pool),
     ) as st:
         oncall = (
             f", Alertmanager {st.oncall.alertmanager.base_url} -> webhook {st.oncall.webhook.base_url}"
@@ -243,37 +323,52 @@ def run_profile(
             f"Prometheus {st.prometheus.base_url}{oncall}",
             highlight=False,
         )
-        driver = Driver(st.serve.base_url, _served_model(st.serve.base_url), seed=11)
-        alerts = observe.AlertLog()
-        monitor = Monitor(console, st, driver, profile, alerts)
-        started, changed, traffic_end, drained = asyncio.run(_drive(console, st, phases, scenario, monitor))
-        time.sleep(2 * options.scrape_interval + 1)  # the last scrape and rule evaluation
-        monitor.poll()
-        ended = time.time()
-        window = scaled("5m", options.speedup, 5 * options.scrape_interval)  # the rules' rate window
-        series = observe.series(st.api, started, ended, options.scrape_interval, window)
-        span = format_duration(ended - started)
-        peak = max((v for _, v in series.kv_usage), default=None)
-        queue = observe.instant(st.api, observe.queue_p99(span), ended)
-        preemptions = observe.preemptions_between(st.api, started - options.scrape_interval, ended)
-        bundle = workdir / "diagnosis-bundle.json"  # the evidence, to diagnose again offline (--bundle)
-        # as an on-call would: the time since the change, against the time before it as the baseline
-        # the window opens one rule window before the change: an event at the change itself (an XID
-        # counted from 0 to 1) needs a sample before it inside the window for increase() to see it
-        lead = min(parse_duration(window), (changed - started) / 2)
-        # as of the traffic's end (plus a scrape), not after the queue drained: on a slow machine the
-        # drain takes tens of seconds in which nothing arrives, and the window's request rate would
-        # read as a drop in load that never happened
-        at = min(ended, traffic_end + options.scrape_interval)
-        diagnosis, markdown = _diagnose(
-            st, at, at - changed + lead, changed - started - lead, parse_duration(window), options.config, bundle
-        )
-        console.print(
-            f"diagnosis ({profile}): [bold]{diagnosis['bottleneck']}[/]: {diagnosis['summary']}", highlight=False
-        )
-        notices = _notifications(console, monitor, alerts, changed, workdir)
+        segment = _segment(console, options, profile, options.scenario, st, calibrating, workdir, args)
     shutil.rmtree(workdir / "prometheus" / "data", ignore_errors=True)
     shutil.rmtree(workdir / "oncall" / "alertmanager" / "data", ignore_errors=True)
+    return segment
+
+
+def _segment(
+    console: Console,
+    options: DrillOptions,
+    profile: str,
+    scenario: Scenario,
+    st: stack.Stack,
+    calibrating: Calibrating,
+    workdir: Path,
+    args: list[str],
+) -> Segment:
+    assert calibrating.calibration is not None
+    rate = calibrating.calibration.rate
+    phases = scenario.phases(rate, options.duration)
+    driver = Driver(st.serve.base_url, _served_model(st.serve.base_url), seed=11)
+    alerts = observe.AlertLog()
+    monitor = Monitor(console, st, driver, profile, alerts)
+    started, changed, traffic_end, drained = asyncio.run(_drive(console, st, phases, scenario, monitor))
+    time.sleep(2 * options.scrape_interval + 1)  # the last scrape and rule evaluation
+    monitor.poll()
+    ended = time.time()
+    window = scaled("5m", options.speedup, 5 * options.scrape_interval)  # the rules' rate window
+    series = observe.series(st.api, started, ended, options.scrape_interval, window)
+    span = format_duration(ended - started)
+    peak = max((v for _, v in series.kv_usage), default=None)
+    queue = observe.instant(st.api, observe.queue_p99(span), ended)
+    preemptions = observe.preemptions_between(st.api, started - options.scrape_interval, ended)
+    bundle = workdir / "diagnosis-bundle.json"  # the evidence, to diagnose again offline (--bundle)
+    # as an on-call would: the time since the change, against the time before it as the baseline
+    # with a fault, the window opens one rule window before the change: an event at the change
+    # itself (an XID counted from 0 to 1) needs a sample before it inside the window for
+    # increase() to see it; a change of load needs only two scrapes of lead, so the window's
+    # load is the changed load (the trigger's ratio is the scenario's, not diluted)
+    lead = min(parse_duration(window) if scenario.fault else 2 * options.scrape_interval, (changed - started) / 2)
+    # as of the traffic's end (plus a scrape): the window is the traffic's, not what came after
+    at = min(ended, traffic_end + options.scrape_interval)
+    diagnosis, markdown = _diagnose(
+        st, at, at - changed + lead, changed - started - lead, parse_duration(window), calibrating.config, bundle
+    )
+    console.print(f"diagnosis ({profile}): [bold]{diagnosis['bottleneck']}[/]: ", Text(diagnosis["summary"]), sep="")
+    notices = _notifications(console, monitor, alerts, changed, workdir)
     run = ProfileRun(
         profile,
         started,
@@ -291,7 +386,7 @@ def run_profile(
         args,
         _profile_flags(profile, options.model),
     )
-    return run, notices
+    return Segment(scenario, run, notices)
 
 
 def _notifications(
@@ -305,8 +400,11 @@ def _notifications(
         return None
     paged = {f.alertname for f in alerts.fired.values() if f.severity in alertmanager.PAGED}
 
+    def mine() -> list[alertmanager.Post]:
+        return oncall.notifications()[monitor.first :]
+
     def missing() -> set[str]:
-        return paged - {str(p.body.get("alert", {}).get("labels", {}).get("alertname")) for p in oncall.notifications()}
+        return paged - {str(p.body.get("alert", {}).get("labels", {}).get("alertname")) for p in mine()}
 
     if missing():
         console.print(f"waiting up to {NOTIFY_WAIT:.0f} s for the notifications of {', '.join(sorted(missing()))}")
@@ -314,7 +412,8 @@ def _notifications(
     while missing() and time.monotonic() < deadline:
         time.sleep(1)
     monitor.print_notifications()
-    posts = oncall.notifications()
+    posts = mine()
+    (workdir / "oncall").mkdir(parents=True, exist_ok=True)
     (workdir / "oncall" / "notifications.json").write_text(json.dumps([p.body for p in posts], indent=2))
     return [alertmanager.digest(p, changed, oncall.reports_dir) for p in posts]
 
@@ -362,10 +461,9 @@ def _print_table(console: Console, runs: Sequence[ProfileRun]) -> None:
 
 def run(options: DrillOptions, console: Console | None = None) -> int:
     console = console or Console()
-    scenario = options.scenario
     gpu_present = detect().has_gpu
     try:
-        emulated = choose_gpu(options.gpu, scenario, gpu_present)
+        emulated = choose_gpu(options.gpu, options.scenario, gpu_present)
     except DrillUsageError as exc:
         console.print(f"kvscope drill: {exc}", highlight=False)
         return exitcodes.USAGE
@@ -383,22 +481,25 @@ def run(options: DrillOptions, console: Console | None = None) -> int:
         console.print(f"kvscope drill: {exc}", highlight=False)
         return exitcodes.USAGE
     folder.track("logs")
-    rules = drill_rules.write(
-        options.report / "logs" / "kvscope-rules.drill.yaml", options.speedup, options.scrape_interval, options.config
+    logs = options.report / "logs"
+    calibrating = Calibrating(
+        options,
+        console,
+        rules=logs / "kvscope-rules.drill.yaml",
+        config=drill_config.write(logs / "kvscope.drill.yaml", options.config),
     )
+    scenario = options.scenario
     console.print(
         f"[bold]kvscope drill {scenario.name}[/] (seed {scenario.seed}): {scenario.story}. "
         f"Expect {' or '.join(scenario.alerts)} and a diagnosis of {scenario.expected}. "
         f"Alert clocks run {options.speedup:g}x faster.",
         highlight=False,
     )
-    runs: list[ProfileRun] = []
-    notified: dict[str, list[dict] | None] = {}
+    segments: list[Segment] = []
     try:
         with _terminate_like_ctrl_c():
             for profile in options.profiles:
-                done, notified[profile] = run_profile(console, options, profile, rules, emulated)
-                runs.append(done)
+                segments.append(run_profile(console, options, profile, emulated, calibrating))
     except KeyboardInterrupt as exc:
         what, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
         console.print(f"kvscope drill: {what}; every process it started has been stopped", highlight=False)
@@ -410,14 +511,32 @@ def run(options: DrillOptions, console: Console | None = None) -> int:
             highlight=False,
         )
         return exitcodes.UNAVAILABLE
+    passed = _conclude(console, options, scenario, segments, calibrating, folder)
+    return exitcodes.OK if passed else 1
+
+
+def _conclude(
+    console: Console,
+    options: DrillOptions,
+    scenario: Scenario,
+    segments: list[Segment],
+    calibrating: Calibrating,
+    folder: ReportDir,
+) -> bool:
+    """The scenario's verdict, report and closing lines; whether it passed."""
+    runs = [s.run for s in segments]
+    notified = {s.run.profile: s.notifications for s in segments}
+    calibration = calibrating.calibration
     incident = runs[0]
     named = incident.bottleneck == scenario.expected
     alerted = any(name in incident.alerts_fired for name in scenario.alerts)
-    problems = []
+    problems = [line for r in runs if (line := unhealthy_baseline(r, calibration))]
     if not named:
         problems.append(f"the diagnosis named {incident.bottleneck}, not {scenario.expected}")
     if not alerted:
         problems.append(f"none of {', '.join(scenario.alerts)} fired")
+    if named and (missing := missing_trigger(scenario, incident.diagnosis)):
+        problems.append(missing)
     verdict = (
         f"passed: {', '.join(a for a in incident.alerts_fired if a in scenario.alerts)} fired and the diagnosis "
         f"named {scenario.expected} on the {incident.profile} profile"
@@ -432,25 +551,63 @@ def run(options: DrillOptions, console: Console | None = None) -> int:
         command=options.command or "kvscope drill " + shlex.quote(scenario.name),
         passed=not problems,
         verdict=verdict,
-        limits=options.config.thresholds,
+        limits=calibrating.config.thresholds,
         notifications=notified,
+        calibration=calibration,
     )
     console.rule("result")
     _print_table(console, runs)
     for r in runs:
         fired = ", ".join(f"{name} ({after:+.0f} s)" for name, after in r.alerts_fired.items()) or "none"
-        console.print(f"alerts fired on {r.profile} (after the change): {fired}", highlight=False)
+        console.print(f"alerts fired on {r.profile} (seconds after the change): {fired}", highlight=False)
     for r in runs:
         console.print(
-            f"diagnosis on {r.profile}: [bold]{r.bottleneck}[/]: {r.diagnosis.get('summary', '')}", highlight=False
+            f"diagnosis on {r.profile}: [bold]{r.bottleneck}[/]: ", Text(r.diagnosis.get("summary", "")), sep=""
         )
     for profile, notes in notified.items():
         said = "; ".join(f"{n['alertname']} -> {(n.get('verdict') or {}).get('bottleneck')}" for n in notes or [])
         where = "no on-call path (Alertmanager is not installed)" if notes is None else said or "none"
         console.print(f"notifications that reached the on-call receiver on {profile}: {where}", highlight=False)
     console.print(f"report: {summary}", highlight=False)
-    console.print(("[green]" if not problems else "[red]") + f"drill {verdict}[/]", highlight=False)
-    return exitcodes.OK if not problems else 1
+    console.print(("[green]" if not problems else "[red]") + "drill ", Text(verdict), sep="")
+    return not problems
+
+
+def unhealthy_baseline(run: ProfileRun, calibration: Calibration | None) -> str | None:
+    """One plain line when an alert fired before the change (the drill's story does not hold:
+    the incident would not be the change's), else None."""
+    early = {name: after for name, after in run.alerts_fired.items() if after < 0}
+    if not early:
+        return None
+    name, after = min(early.items(), key=lambda kv: kv[1])
+    before = [o for o in run.outcomes if o.phase == "before"]
+    seconds = max(run.changed - run.started, 1e-9)
+    served = sum(1 for o in before if o.latency is not None) / seconds
+    sent = len(before) / seconds
+    capacity = (
+        f", against a measured capacity of {calibration.capacity_rps:.1f} req/s"
+        if calibration and calibration.capacity_rps
+        else ""
+    )
+    others = f" (and {', '.join(sorted(set(early) - {name}))})" if len(early) > 1 else ""
+    return (
+        f"the baseline was not healthy on {run.profile}: {name}{others} fired {-after:.0f} s before the change; "
+        f"the engine answered {served:.2f} of the {sent:.2f} req/s sent before it{capacity}"
+    )
+
+
+def missing_trigger(scenario: Scenario, diagnosis: dict) -> str | None:
+    """A line when the scenario has a trigger and the diagnosis did not name it, else None."""
+    if scenario.trigger is None:
+        return None
+    signal_, words = scenario.trigger
+    incidents = diagnosis.get("incidents") or []
+    trigger = (incidents[0].get("trigger") or {}) if incidents else {}
+    summary = str(diagnosis.get("summary", ""))
+    if trigger.get("signal") == signal_ and words in summary:
+        return None
+    said = f"named {trigger.get('signal')}" if trigger.get("signal") else "named no trigger"
+    return f"the diagnosis {said}, not the change ({signal_}, '{words}'): {summary}"
 
 
 def default_report_dir(scenario: str) -> Path:

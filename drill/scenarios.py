@@ -2,7 +2,9 @@
 what must follow (the alerts that should fire, the bottleneck the diagnosis should name).
 
 Every scenario starts with the seeds' mix (seed 000: 90 % short, 8 % medium, 2 % very long
-prompts) at a steady rate; its change starts a third of the way in.
+prompts) at a steady rate; its change starts a third of the way in. The rate is a fraction of
+what the engine sustains on that mix (`load`), measured before the traffic (drill/calibrate.py),
+so the time before the change is healthy on a fast machine and a slow one alike.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ class Scenario:
     story: str  # one line: what changes
     expected: str  # the bottleneck id the diagnosis must name
     alerts: tuple[str, ...]  # the drill passes when at least one of these fires
-    rate: float  # requests per second, the same before and after the change
+    load: float  # the request rate as a fraction of the engine's measured capacity, before and after
     before: Mix = SEEDS_MIX
     after: Mix = SEEDS_MIX
     duration: float = 120.0  # seconds of traffic per profile
@@ -32,19 +34,22 @@ class Scenario:
     shared_prompt: bool = False  # before the change every request starts with one system prompt
     bursts: tuple[int, float] = (0, 0.0)  # after the change: N very long prompts every S seconds
     engine_args: tuple[str, ...] = field(default=())
+    # the change the diagnosis must name as the trigger (a `changes` signal) and the words it
+    # must say with it; None: the scenario changes no load (a fault)
+    trigger: tuple[str, str] | None = None
 
-    def phases(self, duration: float | None = None) -> list[Phase]:
+    def phases(self, rate: float, duration: float | None = None) -> list[Phase]:
         total = duration or self.duration
         before = round(total * self.before_share, 1)
         after = round(total - before, 1)
         count, every = self.bursts
         forced = tuple((t + 0.5 + 0.1 * i, "long") for t in _every(every, after) for i in range(count))
         return [
-            Phase("before", before, self.rate, self.before, system_prompt_seed=1 if self.shared_prompt else None),
+            Phase("before", before, rate, self.before, system_prompt_seed=1 if self.shared_prompt else None),
             Phase(
                 "after",
                 after,
-                self.rate,
+                rate,
                 self.after,
                 forced=forced,
                 system_prompt_seed=None,
@@ -71,9 +76,10 @@ SCENARIOS = {
             "prompts grow to twice their length at the same request rate, on a KV pool the default profile outgrows",
             "kv_cache_exhaustion",
             ("VLLMKVCacheExhausted", "VLLMKVCacheNearlyFull", "VLLMPreemptionsHigh"),
-            rate=8.0,
+            load=0.42,
             after=SEEDS_MIX.scaled(2.0),
             kv_pool_tokens=20480,
+            trigger=("prompt_tokens_mean", "at the same request rate"),
         ),
         Scenario(
             "prefill-hol",
@@ -81,7 +87,7 @@ SCENARIOS = {
             "bursts of very long (12K-token) prompts arrive among the short ones",
             "prefill_head_of_line",
             ("VLLMTTFTHigh", "VLLMQueueTimeHigh"),
-            rate=5.0,
+            load=0.2,
             after=replace(SEEDS_MIX, long_tokens=12000),
             bursts=(3, 15.0),
         ),
@@ -91,7 +97,7 @@ SCENARIOS = {
             "the shared 2K-token system prompt stops being shared: every request brings its own",
             "prefix_cache_miss",
             ("VLLMPrefixCacheHitRateDrop",),
-            rate=2.0,
+            load=0.08,
             before=replace(SEEDS_MIX, shared_prefix_tokens=2048),
             after=replace(SEEDS_MIX, shared_prefix_tokens=2048),
             shared_prompt=True,
@@ -103,7 +109,7 @@ SCENARIOS = {
             "GPU 1 falls off the bus (XID 79) while traffic runs",
             "gpu_hardware_fault",
             ("GPUXidDrainNode",),
-            rate=8.0,  # busy enough that the GPU counts as working (idle GPUs slow their clocks by design)
+            load=0.32,  # busy enough that the GPU counts as working (idle GPUs slow their clocks by design)
             duration=75.0,
             fault={"gpu": 1, "fault": "xid", "xid": 79},
         ),
@@ -113,7 +119,7 @@ SCENARIOS = {
             "GPU 0 overheats (94 C) and slows its clocks while traffic runs",
             "thermal_power_throttling",
             ("GPUTemperatureHigh", "GPUThrottled"),
-            rate=8.0,  # busy enough that the GPU counts as working (idle GPUs slow their clocks by design)
+            load=0.32,  # busy enough that the GPU counts as working (idle GPUs slow their clocks by design)
             duration=75.0,
             fault={"gpu": 0, "fault": "thermal", "temp_c": 94},
         ),
@@ -123,7 +129,7 @@ SCENARIOS = {
             "GPU 0's PCIe link trains down to Gen3 x8 while traffic runs",
             "pcie_bottleneck",
             ("GPUPCIeLinkDegraded",),
-            rate=8.0,  # busy enough that the GPU counts as working (idle GPUs slow their clocks by design)
+            load=0.32,  # busy enough that the GPU counts as working (idle GPUs slow their clocks by design)
             duration=75.0,
             fault={"gpu": 0, "fault": "pcie_degraded", "generation": 3, "width": 8},
         ),
@@ -133,7 +139,7 @@ SCENARIOS = {
             "a process leaks GPU memory on GPU 0 (20 GB a minute) while traffic runs",
             "gpu_memory_pressure",
             ("GPUMemoryFull",),
-            rate=8.0,  # busy enough that the GPU counts as working (idle GPUs slow their clocks by design)
+            load=0.32,  # busy enough that the GPU counts as working (idle GPUs slow their clocks by design)
             duration=75.0,
             fault={"gpu": 0, "fault": "memory_leak", "mib_per_minute": 20000},
         ),

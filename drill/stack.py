@@ -7,7 +7,7 @@ is (end, failure, Ctrl-C)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +20,10 @@ from kvscope.durations import parse_duration, scaled
 from kvscope.prometheus import PrometheusClient
 
 EMULATED_GPUS = 2
+
+# Called with the serve's base URL once it is ready, before the exporter and Prometheus start:
+# load it puts on the engine (the drill's calibration probe) stays out of the rules' windows.
+ServeReady = Callable[[str], None]
 SERVE_READY_TIMEOUT = 600.0  # a first start may generate the demo model and compile kernels
 
 
@@ -77,6 +81,7 @@ def started(
     scrape_interval: str,
     config: Path | None = None,
     speedup: float = 1.0,
+    on_serve_ready: ServeReady | None = None,
 ) -> Iterator[Stack]:
     """Start the processes (serve first: the exporter follows it; the on-call path before the
     Prometheus that alerts it) and stop them all on exit. `speedup`: the rules' compression,
@@ -92,6 +97,8 @@ def started(
             extra_args=list(engine_args),
         )
         stack.enter_context(running(serve, ready_path="/ready", timeout=SERVE_READY_TIMEOUT))
+        if on_serve_ready is not None:
+            on_serve_ready(serve.base_url)
         export_port = ports.export or free_port()
         export_args = [
             "--vllm",

@@ -1,8 +1,16 @@
 """Open-loop traffic for drills: Poisson arrivals at a steady rate, the seeds' prompt mix, phases.
 
+Prompt classes are dealt from shuffled decks that hold the mix's shares exactly (45 short,
+4 medium, 1 long of every 50), so the time before a change and the time after it carry the
+same mix whatever the rate, and a short baseline on a slow machine is not, by the luck of the
+draw, heavier than the mix.
+
 Requests go through the official `openai` client (streaming completions, so the time to the
 first token is what a user sees). Arrivals do not wait for answers: when the server slows
-down, requests pile up exactly as they did in the seeds' incidents.
+down, requests pile up exactly as they did in the seeds' incidents. Traffic stops at the end
+of its window: requests still unanswered then are aborted (the client closes the stream, the
+gateway aborts them in vLLM) and counted apart from failures, so a drill takes the same time
+on a slow machine and no request fails for the load generator's own timeout.
 """
 
 from __future__ import annotations
@@ -13,12 +21,32 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from openai import APIError, APIStatusError, AsyncOpenAI
+import httpx2
+from openai import APIError, APIStatusError, AsyncOpenAI, DefaultAsyncHttpxClient
 
 from serving.demo_model import DemoModelSpec, synthetic_text, synthetic_words
 
 WORDS_PER_TOKEN = 0.8  # the demo language: about 1.25 tokens per word
 CLASSES = ("short", "medium", "long")
+DECK = 50  # requests per deck of prompt classes
+
+
+# The client drops a connection idle this long, before the server's keep-alive (uvicorn's 5 s in
+# kvscope serve and vLLM) closes it: a request sent on a connection the server is closing at
+# that very moment fails with a connection error although it never reached the server (seen once
+# in a drill on a loaded machine: APIConnectionError at 105 s, the engine idle).
+IDLE_CONNECTION_SECONDS = 2.0
+
+
+def openai_client(base_url: str, api_key: str, timeout: float) -> AsyncOpenAI:
+    """The official client for drill traffic: no retries (a failure is counted, not hidden) and
+    no reuse of a connection the server may be closing."""
+    # openai 3.x speaks httpx2 (its own pinned httpx), so its limits come from there
+    limits = httpx2.Limits(
+        max_connections=1000, max_keepalive_connections=100, keepalive_expiry=IDLE_CONNECTION_SECONDS
+    )
+    http = DefaultAsyncHttpxClient(limits=limits, timeout=timeout)
+    return AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0, http_client=http)
 
 
 @dataclass(frozen=True)
@@ -36,6 +64,16 @@ class Mix:
     def mean_prompt_tokens(self) -> float:
         sizes = (self.short_tokens, self.medium_tokens, self.long_tokens)
         return self.shared_prefix_tokens + sum(s * n for s, n in zip(self.shares, sizes, strict=True))
+
+    def round(self, size: int = 50) -> list[str]:
+        """`size` requests with the mix's shares in whole requests (45/4/1 of 50), the long ones
+        first, the medium ones spread among the short ones."""
+        counts = [max(1, round(share * size)) if share > 0 else 0 for share in self.shares]
+        counts[0] = size - sum(counts[1:])
+        rest = ["short"] * (counts[0] + counts[1])
+        for i in range(counts[1]):
+            rest[int((i + 0.5) * len(rest) / counts[1])] = "medium"
+        return ["long"] * counts[2] + rest
 
     def scaled(self, factor: float) -> Mix:
         """The same mix with every prompt `factor` times longer."""
@@ -71,6 +109,15 @@ class Outcome:
     latency: float | None = None
     output_tokens: int = 0
     error: str | None = None
+    aborted: float | None = None  # seconds it had waited when the window ended unanswered
+
+    @property
+    def ttft_at_least(self) -> float | None:
+        """The time to first token, or for a request aborted before its first token the time it
+        had waited (a lower bound): what the user had felt by the end of the window."""
+        if self.ttft is not None:
+            return self.ttft
+        return self.aborted
 
 
 @dataclass
@@ -83,11 +130,13 @@ class Progress:
     sent: int = 0
     done: int = 0
     failed: int = 0
+    aborted: int = 0
+    ended_at: float | None = None  # wall-clock time the window ended (time.time())
     outcomes: list[Outcome] = field(default_factory=list)
 
     @property
     def in_flight(self) -> int:
-        return self.sent - self.done - self.failed
+        return self.sent - self.done - self.failed - self.aborted
 
 
 class Prompts:
@@ -132,24 +181,21 @@ class Driver:
         model: str,
         api_key: str = "drill",
         seed: int = 1,
-        timeout: float = 180.0,
         max_in_flight: int = 400,
     ) -> None:
-        self.client = AsyncOpenAI(
-            base_url=base_url.rstrip("/") + "/v1", api_key=api_key, timeout=timeout, max_retries=0
-        )
+        self.base_url, self.api_key = base_url.rstrip("/") + "/v1", api_key
         self.model = model
         self.seed = seed
         self.max_in_flight = max_in_flight
         self.progress = Progress()
 
-    async def _one(self, phase: Phase, klass: str, prompt: str, sem: asyncio.Semaphore) -> None:
+    async def _one(self, client: AsyncOpenAI, phase: Phase, klass: str, prompt: str, sem: asyncio.Semaphore) -> None:
         out = Outcome(phase.name, klass, _tokens(phase, klass), time.time())
         self.progress.outcomes.append(out)
         start = time.perf_counter()
         try:
             async with sem:
-                stream = await self.client.completions.create(
+                stream = await client.completions.create(
                     model=self.model,
                     prompt=prompt,
                     max_tokens=phase.mix.output_tokens,
@@ -170,8 +216,14 @@ class Driver:
         except (TimeoutError, APIError, OSError) as exc:
             out.error = type(exc).__name__
             self.progress.failed += 1
+        except asyncio.CancelledError:  # the window ended before the answer
+            out.aborted = time.perf_counter() - start
+            self.progress.aborted += 1
 
     async def run(self, phases: Sequence[Phase], on_phase: Callable[[Phase], None] | None = None) -> list[Outcome]:
+        # no request may time out on the client's side before the window ends and aborts it
+        window = sum(p.seconds for p in phases)
+        client = openai_client(self.base_url, self.api_key, timeout=window + 60.0)
         prompts = Prompts(self.seed)
         rng = random.Random(self.seed)
         sem = asyncio.Semaphore(self.max_in_flight)
@@ -181,7 +233,7 @@ class Driver:
             self.progress.phase_seconds = phase.seconds
             if on_phase is not None:
                 on_phase(phase)
-            forced = sorted(phase.forced)
+            forced, deck = sorted(phase.forced), list[str]()
             start = time.perf_counter()
             next_at = rng.expovariate(phase.rate) if phase.rate > 0 else phase.seconds
             while True:
@@ -193,14 +245,18 @@ class Driver:
                 if due == due_forced:
                     klass = forced.pop(0)[1]
                 else:
-                    klass = rng.choices(CLASSES, phase.mix.shares)[0]
+                    if not deck:
+                        deck = phase.mix.round(DECK)
+                        rng.shuffle(deck)
+                    klass = deck.pop()
                     next_at += rng.expovariate(phase.rate)
                 prompt = prompts.make(phase, klass)
                 self.progress.sent += 1
-                tasks.append(asyncio.create_task(self._one(phase, klass, prompt, sem)))
+                tasks.append(asyncio.create_task(self._one(client, phase, klass, prompt, sem)))
             await asyncio.sleep(max(0.0, start + phase.seconds - time.perf_counter()))
-        self.progress.phase = "draining"
-        if tasks:
-            await asyncio.gather(*tasks)
-        await self.client.close()
+        self.progress.phase, self.progress.ended_at = "stopping", time.time()
+        for task in tasks:
+            task.cancel()  # the unanswered ones: aborted, counted apart
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await client.close()
         return self.progress.outcomes

@@ -98,6 +98,8 @@ VLLM_KV_RESIDENCY_BUCKETS: tuple[float, ...] = (
     0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0,
     120.0, 300.0, 600.0, 1200.0, 1800.0,
 )  # fmt: skip
+# Prompt lengths in tokens, 1-2-5 steps as vLLM's own token histograms (build_1_2_5_buckets), to 1M.
+PROMPT_TOKEN_BUCKETS: tuple[float, ...] = tuple(float(m * 10**e) for e in range(7) for m in (1, 2, 5))
 VLLM_REQUEST_LATENCY_BUCKETS: tuple[float, ...] = (
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
     480.0, 960.0, 1920.0, 7680.0,
@@ -918,6 +920,15 @@ REQUEST_GATEWAY_SECONDS = _own(
     "Time a request spends in the gateway before the engine (auth, limits, tokenisation).",
     *_REQ,
     buckets=FINE_LATENCY_BUCKETS,
+)
+GATEWAY_ADMITTED_PROMPT_TOKENS = _own(
+    "kvscope_gateway_admitted_prompt_tokens",
+    H,
+    "tokens",
+    "Prompt length of each request the gateway admitted, counted as it arrives (vLLM's own "
+    "request_prompt_tokens is written when a request ends, late and short-biased under saturation).",
+    *_REQ,
+    buckets=PROMPT_TOKEN_BUCKETS,
 )
 CACHE_PREFIX_HIT_RATIO = _own(
     "kvscope_cache_prefix_hit_ratio",

@@ -536,6 +536,9 @@ class Gateway:
             await send(message)
 
         self.metrics.requests.labels(tenant, tier, admission.qos_class).inc()
+        arrivals = self.metrics.admitted_prompt_tokens.labels(self.model_name)
+        for prompt_tokens in admission.prompt_tokens:  # a batch of prompts is that many requests to vLLM
+            arrivals.observe(prompt_tokens)
         self.metrics.inflight.labels(tenant).inc()
         self._publish_quota(tenant, tier)
         self.inflight += 1

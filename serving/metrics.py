@@ -20,6 +20,7 @@ class ServingMetrics:
         self.queue = histogram(catalog.REQUEST_QUEUE_SECONDS, registry)
         self.ttft = histogram(catalog.REQUEST_TTFT_SECONDS, registry)
         self.gateway_seconds = histogram(catalog.REQUEST_GATEWAY_SECONDS, registry)
+        self.admitted_prompt_tokens = histogram(catalog.GATEWAY_ADMITTED_PROMPT_TOKENS, registry)
         self.prefix_hit_ratio = gauge(catalog.CACHE_PREFIX_HIT_RATIO, registry)
         self.capacity_tokens = gauge(catalog.CACHE_CAPACITY_TOKENS, registry)
         self.bytes_per_token = gauge(catalog.CACHE_BYTES_PER_TOKEN, registry)

@@ -47,6 +47,8 @@ def promql(measure: Measure, window: float, selector: Selector = ANY, recent: fl
             expr = per_second(series, window).sum(by)
         case Kind.RATE_RECENT:
             expr = per_second(series, recent).sum(by)
+        case Kind.COUNT_RATE:
+            expr = per_second(either(*(metric(s, sel, "_count") for s in measure.signals)), window).sum(by)
         case Kind.INCREASE:
             expr = series.increase_from_zero(w).sum(by)  # a first XID appears at 1 and stays
         case Kind.RATIO | Kind.RATIO_RECENT | Kind.RATIO_BEFORE:

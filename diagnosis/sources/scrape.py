@@ -274,6 +274,9 @@ def _alternative(measure: Measure, index: int, snapshots: Sequence[Timed], selec
         denominator = _per_series(measure, dens[min(index, len(dens) - 1)], snapshots, den_matchers)
         # A / B keeps only the entities both sides have, as PromQL's one-to-one matching does
         return {g: sum(numerator[g]) / sum(d) for g, d in denominator.items() if g in numerator and sum(d) > 0}
+    if kind is Kind.COUNT_RATE:
+        counts = _per_series(_as(measure, Kind.RATE), name + "_count", snapshots, matchers)
+        return {g: sum(v) for g, v in counts.items()}
     if kind is Kind.MEAN:
         sums = _per_series(_as(measure, Kind.INCREASE), name + "_sum", snapshots, matchers)
         counts = _per_series(_as(measure, Kind.INCREASE), name + "_count", snapshots, matchers)

@@ -82,7 +82,7 @@ def test_sigterm_drains_in_flight_requests_then_exits_zero(tmp_path):
         thread = threading.Thread(target=long_request)
         thread.start()
         eventually(running_in_engine, timeout=60, what="the long request running in the engine")
-        server.proc.send_signal(signal.SIGTERM)  # the server process only, as Kubernetes does
+        server.signal_server(signal.SIGTERM)  # the server process only, as Kubernetes does
         eventually(
             lambda: httpx.get(server.base_url + "/ready", timeout=5).status_code == 503, timeout=30, what="draining"
         )
@@ -101,7 +101,7 @@ def test_sigterm_drains_in_flight_requests_then_exits_zero(tmp_path):
 def test_process_exits_nonzero_when_the_engine_dies(tmp_path):
     server = kvscope_server(tmp_path / "serve.log", extra_args=["--enforce-eager"])
     with running(server, ready_path="/ready", timeout=240):
-        children = psutil.Process(server.proc.pid).children(recursive=True)
+        children = psutil.Process(server.pid).children(recursive=True)
         engine = [c for c in children if "EngineCore" in " ".join(c.cmdline()) or "EngineCore" in c.name()]
         assert engine, [c.cmdline() for c in children]
         for child in children:

@@ -333,6 +333,12 @@ class Simulation:
             name = signal.aliases[0] if inst.legacy and signal.aliases else signal.name
             for sample_name, sample_labels, value in h[key].samples(name, labels):
                 yield "histogram:" + name, sample_name, sample_labels, value
+        if self.kvscope_extras and unit[1] in (None, "0"):
+            # kvscope serve counts the instance's arrivals at its gateway (no engine label)
+            gateway_labels = {k: v for k, v in labels.items() if k != "engine"}
+            name = c.GATEWAY_ADMITTED_PROMPT_TOKENS.name
+            for sample_name, sample_labels, value in h["prompt"].samples(name, gateway_labels):
+                yield "histogram:" + name, sample_name, sample_labels, value
         if self.kvscope_extras and k.gateway_count:
             yield (
                 "gauge",

@@ -45,7 +45,16 @@ def test_demo_model_prints_the_generated_folder(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("argv", "files"),
     [
-        (["alerts", "build"], {"kvscope-rules.yaml", "kvscope-rules.test.yaml", "prometheus-rule.yaml", "runbooks.md"}),
+        (
+            ["alerts", "build"],
+            {
+                "kvscope-rules.yaml",
+                "kvscope-rules.test.yaml",
+                "kvscope-rules.slow-burn.test.yaml",
+                "prometheus-rule.yaml",
+                "runbooks.md",
+            },
+        ),
         (
             ["dashboards", "build"],
             {"llm-serving-overview.json", "vllm-engines.json", "gpu-fleet.json", "triage.json", "tenants-qos.json"},

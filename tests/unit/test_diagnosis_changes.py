@@ -50,3 +50,67 @@ def test_a_real_drop_in_arrivals_is_still_named():
     found = changes(_m({"request_rate": 3.0, "waiting_slope": 0.0}, {"request_rate": 7.4, "waiting_slope": 0.0}))
     assert [c.signal for c in found] == ["request_rate"]
     assert "request rate 2.5x lower (7.40 -> 3.00/s)" in sentence(found[0], found)
+
+
+# kvscope serve counts arrivals at admission (kvscope_gateway_admitted_prompt_tokens): no engine label
+GATEWAY = {k: v for k, v in POD.items()}
+ENGINE0 = {**POD, "engine": "0"}
+
+
+def _both(now: dict, before: dict) -> Context:
+    """vLLM's finish-side measures on engine 0, kvscope's arrival-side ones on its instance."""
+    m = Measurements()
+    for store, values in ((m.values, now), (m.baseline, before)):
+        for name, v in values.items():
+            labels = GATEWAY if name.startswith("arrival_") else ENGINE0
+            store[name] = [Value(float(v), dict(labels), f"q:{name}")]
+    return Context.of(m)
+
+
+def test_a_saturated_engine_whose_finishes_drop_while_arrivals_hold_names_the_longer_prompts():
+    # seed 000 on a slow machine: 6 requests/s arrive before and after, prompts twice as long; the
+    # swamped engine finishes 2.5/s of mostly short ones (vLLM counts a request when it ends), and
+    # the queue's slope reads low where the window cut it: the arrivals are what tell the story
+    now = {
+        "request_rate": 2.5,
+        "waiting_slope": 0.3,
+        "prompt_mean": 420,
+        "arrival_rate": 6.0,
+        "arrival_prompt_mean": 700,
+    }
+    before = {
+        "request_rate": 6.0,
+        "waiting_slope": 0.0,
+        "prompt_mean": 350,
+        "arrival_rate": 6.1,
+        "arrival_prompt_mean": 350,
+    }
+    found = changes(_both(now, before))
+    assert [c.signal for c in found] == ["prompt_tokens_mean"]
+    assert sentence(found[0], found) == "prompts 2.0x longer (350 -> 700 tokens) at the same request rate"
+
+
+def test_without_arrival_counts_the_finishes_are_read_and_never_as_a_negative_rate():
+    # plain vLLM: the queue drained faster than it grew (a negative slope) while few finished
+    found = changes(_m({"request_rate": 0.2, "waiting_slope": -1.5}, {"request_rate": 1.4, "waiting_slope": 0.0}))
+    assert [c.signal for c in found] == ["request_rate"]
+    assert found[0].after == 0.0
+    text = sentence(found[0], found)
+    assert "(1.40 -> 0.00/s)" in text and "-0." not in text
+
+
+def test_a_real_rise_in_arrivals_is_named_from_the_arrivals():
+    now = {"request_rate": 6.0, "arrival_rate": 12.0, "arrival_prompt_mean": 350}
+    before = {"request_rate": 6.0, "arrival_rate": 6.0, "arrival_prompt_mean": 350}
+    found = changes(_both(now, before))
+    assert [c.signal for c in found] == ["request_rate"]
+    assert "request rate 2.0x higher (6.00 -> 12.00/s)" in sentence(found[0], found)
+
+
+def test_the_gateways_own_view_of_an_instance_is_not_a_second_engine():
+    now = {"request_rate": 2.5, "prompt_mean": 420, "arrival_rate": 6.0, "arrival_prompt_mean": 700}
+    before = {"request_rate": 6.0, "prompt_mean": 350, "arrival_rate": 6.1, "arrival_prompt_mean": 350}
+    ctx = _both(now, before)
+    ctx.m.values["gateway_mean"] = [Value(0.001, dict(GATEWAY), "q:gateway_mean")]
+    found = changes(Context.of(ctx.m))
+    assert [(c.signal, c.scope.get("engine")) for c in found] == [("prompt_tokens_mean", "0")]

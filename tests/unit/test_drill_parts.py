@@ -106,18 +106,18 @@ def test_every_scenario_expects_a_vocabulary_bottleneck_and_generated_alerts():
 
 def test_phases_split_the_duration_and_carry_the_change():
     kv = scenarios.get("kv-avalanche")
-    before, after = kv.phases(90)
+    before, after = kv.phases(6.5, 90)
     assert (before.name, after.name) == ("before", "after")
     assert before.seconds + after.seconds == pytest.approx(90)
-    assert after.rate == before.rate
+    assert after.rate == before.rate == 6.5
     assert after.mix.mean_prompt_tokens == pytest.approx(2 * before.mix.mean_prompt_tokens, rel=0.01)
     assert before.mix.shares == (0.90, 0.08, 0.02)
 
-    hol = scenarios.get("prefill-hol").phases(60)[1]
+    hol = scenarios.get("prefill-hol").phases(5.0, 60)[1]
     assert hol.forced and {k for _, k in hol.forced} == {"long"} and hol.mix.long_tokens == 12000
     assert all(0 <= t < hol.seconds for t, _ in hol.forced)
 
-    miss_before, miss_after = scenarios.get("prefix-miss").phases(60)
+    miss_before, miss_after = scenarios.get("prefix-miss").phases(2.0, 60)
     assert miss_before.system_prompt_seed is not None and miss_after.system_prompt_seed is None
 
 
@@ -127,7 +127,7 @@ def test_unknown_scenario_names_the_choices():
 
 
 def test_prompts_share_the_system_prompt_only_while_it_is_shared():
-    before, after = scenarios.get("prefix-miss").phases(60)
+    before, after = scenarios.get("prefix-miss").phases(2.0, 60)
     prompts = Prompts(3)
     shared = [prompts.make(before, "short").split("\n")[0] for _ in range(3)]
     own = [prompts.make(after, "short").split("\n")[0] for _ in range(3)]

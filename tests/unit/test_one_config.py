@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from alerts import build as alert_build
 from drill.prometheus_server import binary
 from kvscope import exitcodes
 from kvscope.cli import main
@@ -75,9 +76,10 @@ def test_the_selectors_reach_every_engine_and_gpu_query(generated):
     assert all('job="vllm",pod=~"vllm-.*"' in t["expr"] for t in kv["targets"])
 
 
+@pytest.mark.slow  # promtool over every alert's cases (about 20 s)
 def test_the_generated_promtool_tests_pass_for_the_new_numbers(generated):
     result = subprocess.run(
-        [binary("promtool"), "test", "rules", "kvscope-rules.test.yaml"],
+        [binary("promtool"), "test", "rules", *alert_build.TESTS_FILES],
         cwd=generated["alerts"],
         capture_output=True,
         text=True,

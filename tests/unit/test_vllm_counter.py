@@ -11,6 +11,8 @@ from serving.demo_model import ensure_demo_model
 from serving.errors import Rejection
 from serving.prompts import TooLong, VllmCounter, offline_renderer
 
+pytestmark = pytest.mark.slow  # vLLM's renderer builds a whole VllmConfig first (about 10 s)
+
 
 @pytest.fixture(scope="module")
 def counter() -> VllmCounter:

@@ -1,0 +1,133 @@
+"""A drill fits the engine it runs on: the rate from the measured capacity, the pool where the
+baseline would not fit, the latency limits for a slower engine, and a plain line when the
+baseline was not healthy or the trigger was not named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from drill import drill_config, scenarios
+from drill.calibrate import Probe, calibrate, expected_kv_tokens
+from drill.observe import AlertLog, Fired, Series
+from drill.results import ProfileRun
+from drill.run import missing_trigger, unhealthy_baseline
+from drill.scenarios import SEEDS_MIX
+from drill.traffic import Mix, Outcome
+from kvscope import thresholds as t
+from kvscope.config import load
+
+FAST = Probe(
+    requests=100,
+    seconds=4.0,
+    prompt_tokens=34_800,
+    generated_tokens=3200,
+    latency_s={"short": 1.1, "medium": 1.2, "long": 1.5},
+)
+SLOW = Probe(
+    requests=50,
+    seconds=20.0,
+    prompt_tokens=17_400,
+    generated_tokens=1600,
+    latency_s={"short": 11.0, "medium": 12.0, "long": 15.0},
+)
+
+
+def test_the_mix_round_holds_its_shares_exactly():
+    deck = Mix().round(50)
+    assert (deck.count("short"), deck.count("medium"), deck.count("long")) == (45, 4, 1)
+    assert deck[0] == "long"
+
+
+def test_the_rate_is_the_scenarios_share_of_the_measured_capacity_on_any_machine():
+    kv = scenarios.get("kv-avalanche")
+    fast = calibrate(FAST, load=kv.load, mix=SEEDS_MIX, pool_tokens=kv.kv_pool_tokens)
+    slow = calibrate(SLOW, load=kv.load, mix=SEEDS_MIX, pool_tokens=kv.kv_pool_tokens)
+    assert fast.rate == pytest.approx(kv.load * 25.0, rel=1e-3) and slow.rate == pytest.approx(kv.load * 2.5, rel=1e-3)
+    # Little's law: ten times slower, a tenth of the rate, the same requests in flight
+    assert fast.expected_kv_peak == pytest.approx(slow.expected_kv_peak, rel=0.02)
+    assert fast.kv_pool_tokens == slow.kv_pool_tokens == kv.kv_pool_tokens
+    assert "sustains 25.0 req/s" in fast.line() and f"({kv.load:.0%} of that)" in fast.line()
+
+
+def test_a_pool_the_baseline_would_nearly_fill_is_enlarged_and_said_so():
+    busy = calibrate(FAST, load=0.9, mix=SEEDS_MIX, pool_tokens=8192)
+    _, peak = expected_kv_tokens(busy.rate, SEEDS_MIX, FAST)
+    assert busy.pool_from == "calibrated" and busy.kv_pool_tokens > 8192
+    assert peak <= 0.6 * busy.kv_pool_tokens and busy.expected_kv_peak <= 0.6
+
+
+def test_the_users_rate_and_pool_win_and_skip_the_probe():
+    given = calibrate(None, load=0.4, mix=SEEDS_MIX, pool_tokens=20480, rate=3.0, pool_override=40960)
+    assert (given.rate, given.kv_pool_tokens, given.rate_from, given.pool_from) == (
+        3.0,
+        40960,
+        "--rate",
+        "--kv-pool-tokens",
+    )
+    assert given.capacity_rps is None and given.latency_scale == 1.0
+    assert "3.00 req/s (--rate)" in given.line()
+    with pytest.raises(ValueError, match="probe"):
+        calibrate(None, load=0.4, mix=SEEDS_MIX, pool_tokens=None)
+
+
+def test_a_slower_engine_gets_looser_latency_limits_on_bucket_edges(tmp_path: Path):
+    slow = calibrate(SLOW, load=0.4, mix=SEEDS_MIX, pool_tokens=None)
+    assert slow.latency_scale == pytest.approx(drill_config.REFERENCE_CAPACITY_RPS / 2.5)
+    config = drill_config.write(tmp_path / "kvscope.drill.yaml", load(None), 2.0)
+    assert config.thresholds.value(t.TTFT_P99) == pytest.approx(2 * t.TTFT_P99.value)
+    assert config.thresholds.value(t.QUEUE_TIME_P99) == pytest.approx(2 * t.QUEUE_TIME_P99.value)
+    assert config.slo.ttft.seconds == 5.0 and config.slo.itl.seconds == 0.4  # vLLM's bucket edges
+    assert config.thresholds.value(t.KV_USAGE_CRITICAL) == t.KV_USAGE_CRITICAL.value  # not a latency
+    assert (tmp_path / "kvscope.drill.yaml").stat().st_mode & 0o077 == 0
+    assert "2.00x looser" in drill_config.described(config, 2.0)
+
+
+def test_the_users_own_file_is_kept_under_the_scaling(tmp_path: Path):
+    mine = tmp_path / "kvscope.yaml"
+    mine.write_text(
+        yaml.safe_dump({"thresholds": {"ttft_p99": {"value": 4.0, "for": "10m"}, "kv_usage_critical": 0.95}})
+    )
+    config = drill_config.write(tmp_path / "drill.yaml", load(mine), 1.5)
+    assert config.thresholds.value(t.TTFT_P99) == pytest.approx(6.0)
+    assert config.thresholds.value(t.KV_USAGE_CRITICAL) == 0.95
+    assert yaml.safe_load((tmp_path / "drill.yaml").read_text())["thresholds"]["ttft_p99"]["for"] == "10m"
+    same = drill_config.write(tmp_path / "same.yaml", load(mine), 1.0)
+    assert same.thresholds.value(t.TTFT_P99) == 4.0
+
+
+def _run(fired_after: float | None) -> ProfileRun:
+    alerts = AlertLog()
+    if fired_after is not None:
+        alerts.fired[("a",)] = Fired("VLLMQueueTimeHigh", "warning", {}, "", 100.0 + fired_after)
+    outcomes = [Outcome("before", "short", 120, 60.0 + i, ttft=0.1, latency=0.5) for i in range(30)]
+    outcomes += [Outcome("before", "short", 120, 90.0, error=None)]  # never answered
+    return ProfileRun("default", 60.0, 100.0, 160.0, 160.0, outcomes, alerts, {}, "", Series(), 0.0, None, None)
+
+
+def test_an_alert_before_the_change_fails_the_drill_in_one_line():
+    capacity = calibrate(FAST, load=0.4, mix=SEEDS_MIX, pool_tokens=None)
+    line = unhealthy_baseline(_run(-12.0), capacity)
+    assert line is not None and "\n" not in line
+    assert line.startswith("the baseline was not healthy on default: VLLMQueueTimeHigh fired 12 s before the change")
+    assert "0.75 of the 0.78 req/s sent" in line and "measured capacity of 25.0 req/s" in line
+    assert unhealthy_baseline(_run(+5.0), capacity) is None and unhealthy_baseline(_run(None), capacity) is None
+
+
+def test_the_scenarios_trigger_must_be_named():
+    kv = scenarios.get("kv-avalanche")
+    said = {
+        "summary": "KV cache full ..., after prompts 2.0x longer (350 -> 700 tokens) at the same request rate.",
+        "incidents": [{"trigger": {"signal": "prompt_tokens_mean", "before": 350, "after": 700}}],
+    }
+    assert missing_trigger(kv, said) is None
+    rate = {
+        "summary": "KV cache full ..., after request rate 1.4x lower",
+        "incidents": [{"trigger": {"signal": "request_rate"}}],
+    }
+    line = missing_trigger(kv, rate)
+    assert line is not None and "named request_rate, not the change (prompt_tokens_mean" in line
+    assert "named no trigger" in (missing_trigger(kv, {"summary": "", "incidents": [{}]}) or "")
+    assert missing_trigger(scenarios.get("gpu-xid"), {"summary": ""}) is None  # a fault has none
