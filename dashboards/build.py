@@ -38,7 +38,7 @@ from dashboards.panels import (
 from kvscope import catalog as c
 from kvscope import thresholds as t
 from kvscope.config import Config
-from kvscope.promql import Expr, Matcher, Selector, label_values, le, metric, quantile, vector
+from kvscope.promql import Expr, Matcher, Selector, either, label_values, le, metric, quantile, vector
 
 
 def overview(sc: Scope) -> Board:
@@ -435,7 +435,12 @@ def gpu_fleet(sc: Scope) -> Board:
         span=8,
     )
     b.add(
-        ts("NVLink bandwidth", "Bps", [(sc.g(c.DCGM_NVLINK_BANDWIDTH).rate(RATE), HOST + " GPU {{gpu}}")]),
+        ts(
+            "NVLink bandwidth",
+            "Bps",
+            # 4.8 writes a byte counter, 4.9 a rate in B/s (another kind, so another signal)
+            [(either(sc.g(c.DCGM_NVLINK_BANDWIDTH).rate(RATE), sc.g(c.DCGM_NVLINK_THROUGHPUT)), HOST + " GPU {{gpu}}")],
+        ),
         span=8,
     )
     _mig(b, sc)

@@ -233,8 +233,10 @@ def _engine_variables(board: Board) -> Board:
 
 
 def _gpu_variables(board: Board, host: str = c.DCGM_HOST_LABELS[0]) -> Board:
-    util = metric(c.DCGM_GPU_UTIL)
-    on_host = metric(c.DCGM_GPU_UTIL, _variables({host: "hostname"}))
+    # framebuffer use: on every default list, MIG instances included (they have no GPU_UTIL), under
+    # 4.8's name and 4.9's
+    util = metric(c.DCGM_FB_USED)
+    on_host = metric(c.DCGM_FB_USED, _variables({host: "hostname"}))
     return board.query_variable("hostname", "Node", label_values(util, host)).query_variable(
         "gpu", "GPU", label_values(on_host, "gpu")
     )

@@ -39,6 +39,7 @@ ENTITY_LABELS: dict[Entity, tuple[str, ...]] = {
         "modelName",
         "pod",
         "namespace",
+        "emulated",  # kvscope export --gpu emulated: no claim on HBM or kernels is made for these
     ),
 }
 
@@ -494,7 +495,7 @@ def usable(measure: Measure, value: float) -> bool:
         return False
     if measure.entity is not Entity.GPU or measure.kind is Kind.DERIV:
         return True
-    return 0 <= value < catalog.DCGM_BLANK_FLOOR
+    return value >= 0 and not catalog.is_dcgm_blank(value)
 
 
 def entity_key(labels: dict[str, str], entity: Entity) -> tuple[tuple[str, str], ...]:

@@ -279,6 +279,13 @@ def triage(ctx: Context, findings: list[Finding]) -> list[Step]:
             parts.append(f"peak framebuffer use {used[0]:,.0f} MiB on {used[1]}")
         if util is not None:
             parts.append(f"busiest GPU {util[0]:.0f} % on average ({util[1]})")
+        else:  # missing is not idle
+            parts.append("no utilisation series (none is read as idle)")
+        unplaced = sorted(
+            {m for g in ctx.gpus.values() if (m := labels_of(g).get("modelName")) and not ctx.models.lookup(m)}
+        )
+        if unplaced:
+            parts.append(f"no datasheet row for {', '.join(unplaced)}: judged on the page's own limits only")
         steps.append(Step(3, "gpu_memory_utilization", status, "; ".join(parts)))
     preempt, swapped = _worst(ctx, "preemption_rate"), _worst(ctx, "swapped_max")
     if preempt is None and swapped is None:

@@ -68,6 +68,13 @@ def export(
             help="Host label spelling: hostname (dcgm-exporter >= 4.6.0-4.8.3, the default) | Hostname (older) | none."
         ),
     ] = None,
+    dcgm_names: Annotated[
+        str | None,
+        typer.Option(
+            help="DCGM field names the local backends write: 4.8 (dcgm-exporter 4.6-4.8, the default) | 4.9 | 4.10 "
+            "(base units: Hz, bytes, J, 0-1 ratios)."
+        ),
+    ] = None,
     xid_kmsg: Annotated[
         str | None,
         typer.Option(help="Kernel log read for XIDs: auto (/dev/kmsg with nvml/dcgm) | none | a file or pipe."),
@@ -108,6 +115,7 @@ def export(
         "emulated_model": emulated_model,
         "emulated_mig": emulated_mig,
         "hostname_label": hostname_label,
+        "dcgm_names": dcgm_names,
         "xid_kmsg": xid_kmsg,
         "web_config_file": web_config_file,
         "tls_cert": tls_cert,

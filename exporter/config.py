@@ -73,6 +73,11 @@ class ExportConfig(BaseModel):
         "hostname",
         description="the host label's spelling: hostname (dcgm-exporter >= 4.6.0-4.8.3), Hostname (older), none",
     )
+    dcgm_names: Literal["4.8", "4.9", "4.10"] = Field(
+        "4.8",
+        description="whose DCGM field names and units the local backends write: dcgm-exporter 4.6-4.8's "
+        "(what existing dashboards read), 4.9.0's (base units: Hz, bytes, J, 0-1 ratios) or 4.10.0's",
+    )
     xid_kmsg: str = Field(KMSG_AUTO, description="kernel log XIDs are read from: auto, none, or a path")
     web_config_file: Path | None = Field(None, description="exporter-toolkit web config: TLS, mTLS, basic auth")
     tls_cert: Path | None = None
@@ -215,8 +220,10 @@ def assemble(config: ExportConfig, models: GpuModels = DEFAULT_MODELS) -> Assemb
         kmsg = _kmsg(config, counts, physical)
         xids_watched = watcher is not None or kmsg is not None or config.gpu == "emulated"
         collectors += [
-            GpuCollector(source, host, served),
-            HealthCollector(source, counts, xids_watched=xids_watched, host_label=host, served=served),
+            GpuCollector(source, host, served, config.dcgm_names),
+            HealthCollector(
+                source, counts, xids_watched=xids_watched, host_label=host, served=served, shape=config.dcgm_names
+            ),
             XidCollector(counts, watcher, [(i.index, i.uuid) for i in physical], kmsg),
             TopologyCollector(source),
             ProcessCollector(source),

@@ -4,6 +4,7 @@ reasons, PCIe link capacity, NUMA node)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
 from prometheus_client.core import Metric
@@ -63,10 +64,17 @@ class DeviceFamilies:
     GPU_I_ID) and on the host-label spelling: one Series per (name, label names); the renderer
     serves same-named families as one block."""
 
-    def __init__(self, host_label: str, extra: Mapping[str, str] | None = None, served: Served | None = None) -> None:
+    def __init__(
+        self,
+        host_label: str,
+        extra: Mapping[str, str] | None = None,
+        served: Served | None = None,
+        shape: str = catalog.DCGM_SHAPES[0],
+    ) -> None:
         self.host_label = host_label
         self.extra = dict(extra or {})
         self.served = served or {}
+        self.shape = shape  # whose field names: dcgm-exporter 4.8's (the default), 4.9's or 4.10's
         self._series: dict[tuple[str, tuple[str, ...]], Series] = {}
 
     def add(self, signal: Signal, identity: GpuIdentity, value: float | None, *more: tuple[str, object]) -> None:
@@ -77,6 +85,11 @@ class DeviceFamilies:
         names, values = identity.dcgm_label_pairs(self.host_label)
         names = (*names, *(k for k, _ in more), *self.extra)
         values = (*values, *(str(v) for _, v in more), *self.extra.values())
+        written, factor = catalog.dcgm_shape(signal.name, self.shape)
+        if written != signal.name:
+            unit = next((r.unit for r in signal.rescaled if r.name == written), signal.unit)
+            signal = dataclasses.replace(signal, name=written, unit=unit, aliases=(), rescaled=())
+            value = None if value is None else value * factor
         series = self._series.get((signal.name, names))
         if series is None:
             series = self._series[(signal.name, names)] = Series(signal, names)
@@ -91,13 +104,14 @@ def gpu_families(
     extra: Mapping[str, str] | None = None,
     host_label: str = catalog.DCGM_HOST_LABELS[0],
     served: Served | None = None,
+    shape: str = catalog.DCGM_SHAPES[0],
 ) -> Iterable[Metric]:
     """Families for every GPU that answered; a lost GPU yields nothing (it fell off the bus).
     MIG devices carry GPU_I_PROFILE/GPU_I_ID; kvscope's per-GPU extras are served for whole
     GPUs only (their labels have no MIG instance)."""
     extra = dict(extra or {})
     extra_names, extra_values = tuple(extra), tuple(extra.values())
-    dcgm = DeviceFamilies(host_label, extra, served)
+    dcgm = DeviceFamilies(host_label, extra, served, shape)
     reasons = Series(catalog.GPU_CLOCK_EVENT_ACTIVE, (*_GPU, "reason", *extra_names))
     capacity = Series(catalog.GPU_PCIE_LINK_CAPACITY, (*_GPU, *extra_names))
     max_capacity = Series(catalog.GPU_PCIE_LINK_MAX_CAPACITY, (*_GPU, *extra_names))

@@ -7,6 +7,7 @@ module spells a metric name. `name` is the name as written in PromQL (counters w
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -27,6 +28,16 @@ class Source(StrEnum):
 
 
 @dataclass(frozen=True)
+class Rescaled:
+    """Another name of a measurement in another unit: `value * factor` is in the signal's unit."""
+
+    name: str
+    unit: str
+    factor: float
+    release: str  # the exporter release that first writes it by default
+
+
+@dataclass(frozen=True)
 class Signal:
     """One metric: its PromQL name, type, unit, meaning, where it comes from, older names."""
 
@@ -42,6 +53,9 @@ class Signal:
     buckets: tuple[float, ...] = ()
     # what makes the source write it at all (a flag, a connector, a model kind); "" = always
     condition: str = ""
+    # the same measurement under a name in another unit (dcgm-exporter 4.9's base units): read
+    # as `name * factor` in this signal's unit, never as an alias
+    rescaled: tuple[Rescaled, ...] = ()
 
     @property
     def family(self) -> str:
@@ -54,6 +68,17 @@ class Signal:
     def names(self) -> tuple[str, ...]:
         """The current name first, then every alias (for `A or B` fallbacks)."""
         return (self.name, *self.aliases)
+
+    @property
+    def every_name(self) -> tuple[str, ...]:
+        """Every name the measurement has had, in any unit (for recognising a series)."""
+        return (*self.names, *(r.name for r in self.rescaled))
+
+    def scale_of(self, name: str) -> float | None:
+        """The factor that turns a series of `name` into this signal's unit (None: not its name)."""
+        if name in self.names:
+            return 1.0
+        return next((r.factor for r in self.rescaled if r.name == name), None)
 
     @property
     def subsystem(self) -> str:
@@ -120,8 +145,23 @@ def _vllm(
     return Signal(name, kind, unit, help_, Source.VLLM, (*_VLLM, *labels), aliases, legacy, buckets, condition)
 
 
-def _dcgm(name: str, kind: Kind, unit: str, help_: str, *labels: str, aliases: tuple[str, ...] = ()) -> Signal:
-    return Signal(name, kind, unit, help_, Source.DCGM, (*_DCGM, *labels), aliases)
+def _dcgm(
+    name: str,
+    kind: Kind,
+    unit: str,
+    help_: str,
+    *labels: str,
+    aliases: tuple[str, ...] = (),
+    rescaled: tuple[Rescaled, ...] = (),
+) -> Signal:
+    return Signal(name, kind, unit, help_, Source.DCGM, (*_DCGM, *labels), aliases, rescaled=rescaled)
+
+
+def _in(name: str, unit: str, factor: float, release: str = "4.9.0") -> tuple[Rescaled, ...]:
+    return (Rescaled(name, unit, factor, release),)
+
+
+MIB = float(1 << 20)
 
 
 def _own(name: str, kind: Kind, unit: str, help_: str, *labels: str, buckets: tuple[float, ...] = ()) -> Signal:
@@ -681,8 +721,16 @@ VLLM_AVG_GENERATION_THROUGHPUT = _vllm(
 
 # --- dcgm-exporter names (default counters + the fields kvscope's NVML backend maps onto) --
 
-DCGM_SM_CLOCK = _dcgm("DCGM_FI_DEV_SM_CLOCK", G, "MHz", "SM clock frequency.")
-DCGM_MEM_CLOCK = _dcgm("DCGM_FI_DEV_MEM_CLOCK", G, "MHz", "Memory clock frequency.")
+DCGM_SM_CLOCK = _dcgm(
+    "DCGM_FI_DEV_SM_CLOCK", G, "MHz", "SM clock frequency.", rescaled=_in("DCGM_FI_DEV_SM_CLOCK_HERTZ", "Hz", 1e-6)
+)
+DCGM_MEM_CLOCK = _dcgm(
+    "DCGM_FI_DEV_MEM_CLOCK",
+    G,
+    "MHz",
+    "Memory clock frequency.",
+    rescaled=_in("DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", "Hz", 1e-6),
+)
 DCGM_APP_SM_CLOCK = _dcgm(
     "DCGM_FI_DEV_APP_SM_CLOCK",
     G,
@@ -697,7 +745,13 @@ DCGM_GPU_TEMP = _dcgm("DCGM_FI_DEV_GPU_TEMP", G, "C", "GPU temperature.", aliase
 DCGM_SLOWDOWN_TEMP = _dcgm("DCGM_FI_DEV_SLOWDOWN_TEMP", G, "C", "Temperature at which the GPU slows its clocks.")
 DCGM_POWER_USAGE = _dcgm("DCGM_FI_DEV_POWER_USAGE", G, "W", "Power draw.", aliases=("DCGM_FI_DEV_BOARD_POWER_WATTS",))
 DCGM_POWER_LIMIT = _dcgm("DCGM_FI_DEV_POWER_MGMT_LIMIT", G, "W", "Enforced power limit.")
-DCGM_TOTAL_ENERGY = _dcgm("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", C, "mJ", "Energy since the driver loaded.")
+DCGM_TOTAL_ENERGY = _dcgm(
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    C,
+    "mJ",
+    "Energy since the driver loaded.",
+    rescaled=_in("DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", "J", 1000.0),
+)
 DCGM_PCIE_REPLAY = _dcgm(
     "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
     C,
@@ -705,10 +759,34 @@ DCGM_PCIE_REPLAY = _dcgm(
     "PCIe retries (link errors).",
     aliases=("DCGM_FI_DEV_PCIE_REPLAY_TOTAL",),
 )
-DCGM_GPU_UTIL = _dcgm("DCGM_FI_DEV_GPU_UTIL", G, "percent", "GPU utilisation (time busy).")
-DCGM_MEM_COPY_UTIL = _dcgm("DCGM_FI_DEV_MEM_COPY_UTIL", G, "percent", "Memory utilisation.")
-DCGM_ENC_UTIL = _dcgm("DCGM_FI_DEV_ENC_UTIL", G, "percent", "Encoder utilisation.")
-DCGM_DEC_UTIL = _dcgm("DCGM_FI_DEV_DEC_UTIL", G, "percent", "Decoder utilisation.")
+DCGM_GPU_UTIL = _dcgm(
+    "DCGM_FI_DEV_GPU_UTIL",
+    G,
+    "percent",
+    "GPU utilisation (time busy).",
+    rescaled=_in("DCGM_FI_DEV_GPU_UTIL_RATIO", "ratio", 100.0),
+)
+DCGM_MEM_COPY_UTIL = _dcgm(
+    "DCGM_FI_DEV_MEM_COPY_UTIL",
+    G,
+    "percent",
+    "Memory utilisation.",
+    rescaled=_in("DCGM_FI_DEV_MEMORY_UTIL_RATIO", "ratio", 100.0),
+)
+DCGM_ENC_UTIL = _dcgm(
+    "DCGM_FI_DEV_ENC_UTIL",
+    G,
+    "percent",
+    "Encoder utilisation.",
+    rescaled=_in("DCGM_FI_DEV_ENC_UTIL_RATIO", "ratio", 100.0),
+)
+DCGM_DEC_UTIL = _dcgm(
+    "DCGM_FI_DEV_DEC_UTIL",
+    G,
+    "percent",
+    "Decoder utilisation.",
+    rescaled=_in("DCGM_FI_DEV_DEC_UTIL_RATIO", "ratio", 100.0),
+)
 DCGM_XID_ERRORS = _dcgm(
     "DCGM_FI_DEV_XID_ERRORS",
     G,
@@ -718,10 +796,37 @@ DCGM_XID_ERRORS = _dcgm(
     "err_msg",
     aliases=("DCGM_FI_DEV_XID_ERROR",),
 )
-DCGM_FB_FREE = _dcgm("DCGM_FI_DEV_FB_FREE", G, "MiB", "Framebuffer memory free.")
-DCGM_FB_USED = _dcgm("DCGM_FI_DEV_FB_USED", G, "MiB", "Framebuffer memory used.")
-DCGM_FB_RESERVED = _dcgm("DCGM_FI_DEV_FB_RESERVED", G, "MiB", "Framebuffer memory reserved.")
+DCGM_FB_FREE = _dcgm(
+    "DCGM_FI_DEV_FB_FREE",
+    G,
+    "MiB",
+    "Framebuffer memory free.",
+    rescaled=_in("DCGM_FI_DEV_FB_FREE_BYTES", "bytes", 1 / MIB),
+)
+DCGM_FB_USED = _dcgm(
+    "DCGM_FI_DEV_FB_USED",
+    G,
+    "MiB",
+    "Framebuffer memory used.",
+    rescaled=_in("DCGM_FI_DEV_FB_USED_BYTES", "bytes", 1 / MIB),
+)
+DCGM_FB_RESERVED = _dcgm(
+    "DCGM_FI_DEV_FB_RESERVED",
+    G,
+    "MiB",
+    "Framebuffer memory reserved.",
+    rescaled=_in("DCGM_FI_DEV_FB_RESERVED_BYTES", "bytes", 1 / MIB),
+)
+DCGM_FB_CAPACITY = _dcgm(
+    "DCGM_FI_DEV_FB_CAPACITY_BYTES", G, "bytes", "Framebuffer capacity (collected by default from 4.9.0)."
+)
 DCGM_NVLINK_BANDWIDTH = _dcgm("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", C, "bytes", "NVLink bandwidth counter, all links.")
+# 4.9.0 writes NVLink as a rate (B/s, a gauge) where 4.8 wrote a counter: another kind, so another
+# signal; panels read `rate(counter) or gauge`. The scale is from one secondary source (not exact
+# 1e6 per it): read as bytes per second as named.
+DCGM_NVLINK_THROUGHPUT = _dcgm(
+    "DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND", G, "bytes/s", "NVLink throughput, all links (4.9.0)."
+)
 DCGM_UNCORRECTABLE_REMAPPED_ROWS = _dcgm(
     "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
     C,
@@ -745,11 +850,41 @@ DCGM_ROW_REMAP_FAILURE = _dcgm(
 )
 DCGM_ECC_SBE_TOTAL = _dcgm("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", C, "errors", "Single-bit ECC errors (volatile).")
 DCGM_ECC_DBE_TOTAL = _dcgm("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", C, "errors", "Double-bit ECC errors (volatile).")
-DCGM_GR_ENGINE_ACTIVE = _dcgm("DCGM_FI_PROF_GR_ENGINE_ACTIVE", G, "ratio", "Graphics/compute engine active, 0..1.")
-DCGM_TENSOR_ACTIVE = _dcgm("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", G, "ratio", "Tensor pipes active, 0..1.")
-DCGM_DRAM_ACTIVE = _dcgm("DCGM_FI_PROF_DRAM_ACTIVE", G, "ratio", "HBM interface active, 0..1 (decode is bound here).")
-DCGM_PCIE_TX_BYTES = _dcgm("DCGM_FI_PROF_PCIE_TX_BYTES", G, "bytes/s", "PCIe bytes sent by the GPU per second.")
-DCGM_PCIE_RX_BYTES = _dcgm("DCGM_FI_PROF_PCIE_RX_BYTES", G, "bytes/s", "PCIe bytes received by the GPU per second.")
+DCGM_GR_ENGINE_ACTIVE = _dcgm(
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    G,
+    "ratio",
+    "Graphics/compute engine active, 0..1.",
+    aliases=("DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO",),
+)
+DCGM_TENSOR_ACTIVE = _dcgm(
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    G,
+    "ratio",
+    "Tensor pipes active, 0..1.",
+    aliases=("DCGM_FI_PROF_TENSOR_UTIL_RATIO",),
+)
+DCGM_DRAM_ACTIVE = _dcgm(
+    "DCGM_FI_PROF_DRAM_ACTIVE",
+    G,
+    "ratio",
+    "HBM interface active, 0..1 (decode is bound here).",
+    aliases=("DCGM_FI_PROF_DRAM_UTIL_RATIO",),
+)
+DCGM_PCIE_TX_BYTES = _dcgm(
+    "DCGM_FI_PROF_PCIE_TX_BYTES",
+    G,
+    "bytes/s",
+    "PCIe bytes sent by the GPU per second.",
+    aliases=("DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND",),
+)
+DCGM_PCIE_RX_BYTES = _dcgm(
+    "DCGM_FI_PROF_PCIE_RX_BYTES",
+    G,
+    "bytes/s",
+    "PCIe bytes received by the GPU per second.",
+    aliases=("DCGM_FI_PROF_PCIE_RX_BYTES_PER_SECOND",),
+)
 DCGM_PCIE_LINK_GEN = _dcgm("DCGM_FI_DEV_PCIE_LINK_GEN", G, "generation", "Current PCIe gen.")
 DCGM_PCIE_LINK_WIDTH = _dcgm("DCGM_FI_DEV_PCIE_LINK_WIDTH", G, "lanes", "Current PCIe width.")
 DCGM_PCIE_MAX_LINK_GEN = _dcgm("DCGM_FI_DEV_PCIE_MAX_LINK_GEN", G, "generation", "Maximum PCIe generation of the link.")
@@ -857,6 +992,50 @@ DCGM_EXPORTER_FIELDS: dict[str, tuple[Signal, ...]] = {
     "exporter": (DCGM_EXP_CLOCK_EVENTS, DCGM_EXP_XID_COUNT, DCGM_EXP_HEALTH, DCGM_EXP_P2P_STATUS),
 }  # fmt: skip
 
+
+@dataclass(frozen=True)
+class Rename:
+    """A default field dcgm-exporter renamed after 4.8: its new name, the release, the source."""
+
+    new: str
+    release: str
+    source: str  # A: 4.9.0 notes, B: 4.10.0 page, C: go-dcgm dcgm_fields.h, D: a DCGM 4.7 field guide
+
+
+# The 4.8 default field -> what 4.9.0 / 4.10.0 write instead (../shared/reference: the 4.9.0 release
+# notes; go-dcgm's deprecated-alias block and base-unit field IDs 1600-1612; a secondary DCGM 4.7
+# field guide for the five marked D only). A rename in another unit is that signal's `rescaled`
+# entry (read with its factor); a same-unit one is an alias. The 4.9 CSV itself could not be read
+# here (no copy of a 4.9 tree is reachable): docs/metrics.md shows the table with each source.
+DCGM_EXPORTER_RENAMES: dict[str, Rename] = {
+    DCGM_SM_CLOCK.name: Rename("DCGM_FI_DEV_SM_CLOCK_HERTZ", "4.9.0", "C (1603), A"),
+    DCGM_MEM_CLOCK.name: Rename("DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", "4.9.0", "C (1604), A"),
+    DCGM_TOTAL_ENERGY.name: Rename("DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", "4.9.0", "C (1611), A"),
+    DCGM_GPU_UTIL.name: Rename("DCGM_FI_DEV_GPU_UTIL_RATIO", "4.9.0", "C name, D"),
+    DCGM_MEM_COPY_UTIL.name: Rename("DCGM_FI_DEV_MEMORY_UTIL_RATIO", "4.9.0", "D"),
+    DCGM_ENC_UTIL.name: Rename("DCGM_FI_DEV_ENC_UTIL_RATIO", "4.9.0", "D"),
+    DCGM_DEC_UTIL.name: Rename("DCGM_FI_DEV_DEC_UTIL_RATIO", "4.9.0", "D"),
+    DCGM_FB_FREE.name: Rename("DCGM_FI_DEV_FB_FREE_BYTES", "4.9.0", "D"),
+    DCGM_FB_USED.name: Rename("DCGM_FI_DEV_FB_USED_BYTES", "4.9.0", "D"),
+    DCGM_FB_RESERVED.name: Rename("DCGM_FI_DEV_FB_RESERVED_BYTES", "4.9.0", "D"),
+    DCGM_NVLINK_BANDWIDTH.name: Rename(DCGM_NVLINK_THROUGHPUT.name, "4.9.0", "D (a gauge in B/s, not a counter)"),
+    DCGM_GPU_TEMP.name: Rename("DCGM_FI_DEV_GPU_TEMP_CELSIUS", "4.9.0", "C alias"),
+    DCGM_MEMORY_TEMP.name: Rename("DCGM_FI_DEV_MEMORY_TEMP_CELSIUS", "4.9.0", "C alias"),
+    DCGM_POWER_USAGE.name: Rename("DCGM_FI_DEV_BOARD_POWER_WATTS", "4.9.0", "C alias"),
+    DCGM_PCIE_REPLAY.name: Rename("DCGM_FI_DEV_PCIE_REPLAY_TOTAL", "4.9.0", "C alias"),
+    DCGM_XID_ERRORS.name: Rename("DCGM_FI_DEV_XID_ERROR", "4.9.0", "C alias"),
+    DCGM_UNCORRECTABLE_REMAPPED_ROWS.name: Rename("DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL", "4.9.0", "C alias"),
+    DCGM_CORRECTABLE_REMAPPED_ROWS.name: Rename("DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL", "4.9.0", "C alias"),
+    DCGM_ROW_REMAP_FAILURE.name: Rename("DCGM_FI_DEV_ROW_REMAP_FAILED", "4.9.0", "C alias"),
+    DCGM_GR_ENGINE_ACTIVE.name: Rename("DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO", "4.9.0", "C alias"),
+    DCGM_TENSOR_ACTIVE.name: Rename("DCGM_FI_PROF_TENSOR_UTIL_RATIO", "4.9.0", "C alias"),
+    DCGM_DRAM_ACTIVE.name: Rename("DCGM_FI_PROF_DRAM_UTIL_RATIO", "4.9.0", "C alias"),
+    DCGM_PCIE_TX_BYTES.name: Rename("DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND", "4.10.0", "B"),
+    DCGM_PCIE_RX_BYTES.name: Rename("DCGM_FI_PROF_PCIE_RX_BYTES_PER_SECOND", "4.10.0", "B"),
+}
+# the driver label 4.9.0 writes (4.8: DCGM_FI_DRIVER_VERSION); a label, read by nothing here
+DCGM_DRIVER_LABELS = ("DCGM_FI_DRIVER_VERSION", "DCGM_FI_SYSTEM_DRIVER_VERSION")
+
 # --- label values that rules and checks select on ------------------------------------------
 
 # dcgmHealthResult values of DCGM_EXP_GPU_HEALTH_STATUS (go-dcgm HealthResult constants).
@@ -877,9 +1056,20 @@ CLOCK_EVENT_REASONS = {
     0x80: "hw_power_brake_slowdown",
     0x100: "display_clock_setting",
 }
-# DCGM's blank values (dcgm_structs.h DCGM_INT64_BLANK .. and DCGM_FP64_BLANK): a field the
-# driver has no value for reads at or above these; they are never values.
-DCGM_BLANK_FLOOR = 140737488355328.0
+# DCGM's blank values (dcgm_structs.h): DCGM_INT64_BLANK (0x7ffffffffffffff0) and its siblings
+# (NOT_FOUND, NOT_SUPPORTED, NOT_PERMISSIONED, one apart), DCGM_FP64_BLANK (2^47) and its four
+# siblings. A field the driver has no value for reads one of these; they are never readings.
+# The one definition: the exporter drops them, the diagnosis and the rules' rescaled readings too.
+DCGM_FP64_BLANK = 140737488355328.0
+DCGM_FP64_BLANK_LAST = DCGM_FP64_BLANK + 4
+DCGM_INT64_BLANK_FIRST = 0x7FFFFFFFFFFFFFF0 - 1  # an int: the page may hold it exactly
+
+
+def is_dcgm_blank(value: float) -> bool:
+    """A DCGM blank sentinel (no reading), as dcgm_structs.h defines them."""
+    return value >= DCGM_INT64_BLANK_FIRST or DCGM_FP64_BLANK <= value <= DCGM_FP64_BLANK_LAST
+
+
 # The reasons that mean "held down by power or temperature" (the others are by design).
 THROTTLE_REASONS = (
     "sw_power_cap",
@@ -1279,3 +1469,32 @@ def all_signals() -> tuple[Signal, ...]:
         elif isinstance(v, dict) and v and all(isinstance(x, Signal) for x in v.values()):
             out.extend(v.values())
     return tuple(out)
+
+
+def measurement_of(name: str) -> str:
+    """The catalog's own name for a series under any name it has had (a dcgm-exporter 4.9 name
+    in base units included); a name the catalog does not know is its own."""
+    return _measurements().get(name, name)
+
+
+@functools.cache
+def _measurements() -> dict[str, str]:
+    return {other: s.name for s in all_signals() for other in s.every_name}
+
+
+DCGM_SHAPES = ("4.8", "4.9", "4.10")  # the default field names of dcgm-exporter 4.6-4.8, 4.9.x, 4.10.x
+
+
+def dcgm_shape(name: str, shape: str) -> tuple[str, float]:
+    """How dcgm-exporter `shape` writes the 4.8 field `name`: (its name, the factor that turns a
+    4.8 value into that name's unit). NVLink's counter has no one-sample equivalent: kept."""
+    if shape not in DCGM_SHAPES:
+        raise ValueError(f"dcgm-exporter names: one of {', '.join(DCGM_SHAPES)}, not {shape!r}")
+    rename = DCGM_EXPORTER_RENAMES.get(name)
+    if rename is None or shape == "4.8" or name == DCGM_NVLINK_BANDWIDTH.name:
+        return name, 1.0
+    if rename.release == "4.10.0" and shape == "4.9":
+        return name, 1.0
+    signal = next(s for s in all_signals() if s.name == name)
+    factor = signal.scale_of(rename.new)
+    return rename.new, 1.0 / factor if factor else 1.0

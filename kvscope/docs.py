@@ -115,6 +115,8 @@ def render() -> str:
             meaning = s.help
             if s.aliases:
                 meaning += " Also: " + ", ".join(f"`{a}`" for a in s.aliases) + "."
+            for r in s.rescaled:
+                meaning += f" In another unit: `{r.name}` ({r.unit}, read x {r.factor:g}; dcgm-exporter {r.release})."
             if s.legacy:
                 meaning = "**Legacy (V0).** " + meaning
             if s.condition:
@@ -126,6 +128,28 @@ def render() -> str:
             out.append(f"| `{s.name}` | {s.kind} | {_cell(s.unit)} | {labels} | {used} | {_cell(meaning)} |")
         out.append("")
     out += [
+        "## dcgm-exporter 4.9 and 4.10 field names",
+        "",
+        "The default fields dcgm-exporter renamed after 4.8 (the 4.9.0 release notes: 23 default and profiling "
+        "fields to DCGM 4.7's names, 11 of them in other units; 4.10.0: the PCIe rates). kvscope reads both shapes "
+        "and a fleet mid-upgrade as one: a same-unit name is an alias, one in another unit is read with its "
+        "factor (never as an alias), and `kvscope export --dcgm-names 4.9|4.10` writes the new shape. Sources: "
+        "A the 4.9.0 release notes, B the 4.10.0 release page, C go-dcgm's `dcgm_fields.h` (its deprecated-alias "
+        "block and base-unit field IDs), D a secondary DCGM 4.7 field guide (the five marked D only rest on it). "
+        f"The driver label: `{catalog.DCGM_DRIVER_LABELS[0]}` becomes `{catalog.DCGM_DRIVER_LABELS[1]}` (4.9.0).",
+        "",
+        "| new name | unit | 4.8 name | unit | release | source |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for old, rename in catalog.DCGM_EXPORTER_RENAMES.items():
+        signal = next(x for x in catalog.all_signals() if x.name == old)
+        new = next((x for x in catalog.all_signals() if x.name == rename.new), None)
+        unit = next((r.unit for r in signal.rescaled if r.name == rename.new), new.unit if new else signal.unit)
+        out.append(
+            f"| `{rename.new}` | {_cell(unit)} | `{old}` | {_cell(signal.unit)} | {rename.release} | {rename.source} |"
+        )
+    out += [
+        "",
         "## Thresholds",
         "",
         "Used by the alert rules, the dashboards' threshold lines and the diagnosis alike.",
@@ -168,8 +192,8 @@ def _config_keys() -> list[str]:
         + " |",
         "| `selectors.engine`, `selectors.gpu` | none | label matchers added to every engine / GPU query of the "
         f"alerts, dashboards and diagnosis, e.g. `'{Selector.of(job='vllm')}'` |",
-        f"| `gpu_models.<model>.<field>` | {', '.join(MODELS)} | datasheet overrides, or a new model with every "
-        f"field: {', '.join(FIELDS)} |",
+        f"| `gpu_models.<model>.<field>` | {', '.join(MODELS)} | datasheet overrides, or a new model: its NVML "
+        f"device name (`name`, matched exactly) and what it knows of: {', '.join(FIELDS[1:])} |",
         "| `gateway` | no keys, one anonymous tenant | `kvscope serve`'s tenants, tiers, limits and QoS "
         "(serving/gateway_config.py) |",
         "| `export` | 127.0.0.1:9408, no targets | `kvscope export`'s settings, the same keys as its flags |",

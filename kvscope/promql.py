@@ -14,6 +14,12 @@ otherwise first joins each side's alternatives with `or`. `str()` joins them wit
     str(kv.ge(0.9))
     # ((max by (instance) (NAME{namespace="prod"})) or (max by (instance) (ALIAS{namespace="prod"}))) >= 0.9
 
+A measurement renamed into another unit (dcgm-exporter 4.9's SM clock in Hz for 4.8's in MHz)
+is one more alternative with a scale: functions that commute with
+a positive factor (rates, `*_over_time`, sums, maxima) keep it pending, and it is applied (`* 1e-06`)
+before anything that compares, clamps or combines, so every alternative is in the signal's unit;
+counting functions drop it. A fleet mid-upgrade reads as one: `A or (B * k)` per series.
+
 `metric_names(expr)` reads back which metric names an expression selects (tests use it to
 prove that rules and dashboards name only catalogued metrics).
 """
@@ -25,7 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kvscope.catalog import Signal
+from kvscope.catalog import DCGM_FP64_BLANK, Signal
 from kvscope.durations import format_duration, parse_duration
 
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -82,6 +88,8 @@ def number(value: float) -> str:
     """A number as PromQL writes it (12 significant digits, no float noise)."""
     if value != value:  # NaN
         return "NaN"
+    if value == int(value) and abs(value) < 1e16:  # whole numbers exactly (2^47, byte counts)
+        return str(int(value))
     return f"{value:.12g}"
 
 
@@ -192,37 +200,99 @@ def _string(body: str, pos: int, text: str) -> tuple[str, int]:
     raise ValueError(f"selector {text!r}: unterminated string")
 
 
+# Functions and aggregations through which a pending unit factor passes unchanged (they commute
+# with multiplying by a positive number), and those whose result does not depend on it.
+_LINEAR = frozenset(
+    {
+        "rate",
+        "irate",
+        "increase",
+        "deriv",
+        "delta",
+        "idelta",
+        "max_over_time",
+        "min_over_time",
+        "avg_over_time",
+        "last_over_time",
+        "sum_over_time",
+        "quantile_over_time",
+        "sum",
+        "max",
+        "min",
+        "avg",
+        "topk",
+        "bottomk",
+        "quantile",
+        "stddev",
+    }
+)
+_UNSCALED = frozenset(
+    {"count_over_time", "present_over_time", "changes", "resets", "count", "group", "absent", "absent_over_time"}
+)
+
+
 @dataclass(frozen=True)
 class Expr:
-    """A PromQL expression: one alternative per metric name (see the module docstring)."""
+    """A PromQL expression: one alternative per metric name (see the module docstring), each with
+    the factor still to apply to read it in the signal's unit (1 where none)."""
 
     alts: tuple[str, ...]
     kind: Kind = "atom"
+    scales: tuple[float, ...] = ()
+
+    def _scale(self, i: int) -> float:
+        return self.scales[i] if i < len(self.scales) else 1.0
+
+    def _applied(self) -> tuple[str, ...]:
+        """The alternatives with their factors applied (each in the signal's unit). A rescaled
+        reading at or above DCGM's lowest blank sentinel (2^47) is a blank, not a reading, in every
+        base unit there is (128 TiB of memory, 140 THz, 4,000 years of a GPU's energy): it is
+        dropped before the factor would hide it among real values."""
+        return tuple(
+            a if self._scale(i) == 1.0 else f"({a} < {number(DCGM_FP64_BLANK)}) * {number(self._scale(i))}"
+            for i, a in enumerate(self.alts)
+        )
+
+    @property
+    def _scaled(self) -> bool:
+        return any(k != 1.0 for k in self.scales)
 
     def __str__(self) -> str:
-        if len(self.alts) == 1:
-            return self.alts[0]
-        return " or ".join(f"({a})" for a in self.alts)
+        alts = self._applied()
+        if len(alts) == 1:
+            return alts[0]
+        return " or ".join(f"({a})" for a in alts)
 
     # --- shape ----------------------------------------------------------------------------
-    def _map(self, render: Callable[[str], str], kind: Kind = "atom") -> Expr:
-        return Expr(tuple(render(a) for a in self.alts), kind)
+    def _map(self, render: Callable[[str], str], kind: Kind = "atom", scaling: str = "apply") -> Expr:
+        """`render` on each alternative; its factor kept pending ("keep"), applied first
+        ("apply", for anything that does not commute with it) or dropped ("drop", counting)."""
+        if scaling == "keep" or not self._scaled:
+            return Expr(tuple(render(a) for a in self.alts), kind, self.scales)
+        if scaling == "drop":
+            return Expr(tuple(render(a) for a in self.alts), kind)
+        return Expr(
+            tuple(render(f"({a})" if k != a else a) for a, k in zip(self._applied(), self.alts, strict=True)), kind
+        )
 
     def collapse(self) -> Expr:
         """One alternative: the alternatives joined with `or`."""
-        if len(self.alts) == 1:
+        if len(self.alts) == 1 and not self._scaled:
             return self
         return Expr((str(self),), "binary")
 
     def _operand(self) -> tuple[str, ...]:
-        return tuple(f"({a})" if self.kind == "binary" else a for a in self.alts)
+        scaled = self._applied()
+        return tuple(
+            f"({a})" if self.kind == "binary" or a != raw else a for a, raw in zip(scaled, self.alts, strict=True)
+        )
 
     # --- ranges, offsets --------------------------------------------------------------------
     def range(self, window: str, step: str | None = None) -> Expr:
         """`x[window]` for a selector; a subquery `(x)[window:step]` for anything else."""
         window = _window(window)
         if self.kind == "selector" and step is None:
-            return self._map(lambda a: f"{a}[{window}]", "range")
+            return self._map(lambda a: f"{a}[{window}]", "range", "keep")
         if self.kind == "range":
             raise ValueError("a range of a range")
         if self.kind == "shifted":
@@ -234,14 +304,15 @@ class Expr:
         if self.kind not in ("selector", "range"):
             raise ValueError("offset applies to a selector, a range or a subquery")
         shift = _window(shift)
-        return self._map(lambda a: f"{a} offset {shift}", "shifted" if self.kind == "selector" else self.kind)
+        return self._map(lambda a: f"{a} offset {shift}", "shifted" if self.kind == "selector" else self.kind, "keep")
 
     # --- functions ------------------------------------------------------------------------
     def fn(self, name: str, *args: str, first: Sequence[str] = ()) -> Expr:
         """`name(first..., x, args...)`; x is this expression."""
         head = "".join(a + ", " for a in first)
         rest = "".join(", " + a for a in args)
-        return self._map(lambda a: f"{name}({head}{a}{rest})")
+        scaling = "keep" if name in _LINEAR else "drop" if name in _UNSCALED else "apply"
+        return self._map(lambda a: f"{name}({head}{a}{rest})", scaling=scaling)
 
     def _over(self, name: str, window: str | None, step: str | None = None) -> Expr:
         source = self if window is None else self.range(window, step)
@@ -293,7 +364,8 @@ class Expr:
             grouping = f" by ({', '.join(_label(x) for x in by)})"
         elif without is not None:
             grouping = f" without ({', '.join(_label(x) for x in without)})"
-        return self._map(lambda a: f"{op}{grouping} ({a})")
+        scaling = "keep" if op in _LINEAR else "drop" if op in _UNSCALED else "apply"
+        return self._map(lambda a: f"{op}{grouping} ({a})", scaling=scaling)
 
     def sum(self, by: Sequence[str] | None = None) -> Expr:
         return self.aggregate("sum", by)
@@ -401,7 +473,16 @@ def le(bound: float) -> Matcher:
 def metric(what: Signal | str, selector: Selector | None = None, suffix: str = "") -> Expr:
     """A signal's series under each of its names (current first), e.g. `suffix="_bucket"`."""
     sel = str(selector or "")
-    return Expr(tuple(f"{name}{suffix}{sel}" for name in _names(what)), "selector")
+    names = _names(what)
+    alts = [f"{name}{suffix}{sel}" for name in names]
+    scales = [1.0] * len(names)
+    if isinstance(what, Signal) and not suffix:  # a histogram's parts keep their own units
+        for other in what.rescaled:
+            if not METRIC_NAME.fullmatch(other.name):
+                raise ValueError(f"not a metric name: {other.name!r}")
+            alts.append(f"{other.name}{sel}")
+            scales.append(other.factor)
+    return Expr(tuple(alts), "selector", tuple(scales) if any(k != 1.0 for k in scales) else ())
 
 
 def metrics(*signals: Signal, selector: Selector | None = None, suffix: str = "") -> Expr:
@@ -412,7 +493,10 @@ def metrics(*signals: Signal, selector: Selector | None = None, suffix: str = ""
 def either(*exprs: Expr) -> Expr:
     """The alternatives of several expressions, in order (`A or B or ...`)."""
     kinds = {e.kind for e in exprs}
-    return Expr(tuple(a for e in exprs for a in e.alts), kinds.pop() if len(kinds) == 1 else "binary")
+    alts = tuple(a for e in exprs for a in e.alts)
+    scales = tuple(e._scale(i) for e in exprs for i in range(len(e.alts)))
+    kind = kinds.pop() if len(kinds) == 1 else "binary"
+    return Expr(alts, kind, scales if any(k != 1.0 for k in scales) else ())
 
 
 def scalar(value: float) -> Expr:
@@ -441,7 +525,17 @@ def histogram_mean(signal: Signal, window: str, by: Sequence[str] = (), selector
 
 
 def label_values(series: Expr, label: str) -> str:
-    """Grafana's `label_values(metric{...}, label)` for a query variable (first name only)."""
+    """Grafana's `label_values(metric{...}, label)` for a query variable. A selector under several
+    names (a renamed field, 4.8's and 4.9's) becomes one selector over all of them, so the picker
+    lists every node whichever name its exporter writes."""
+    if series.kind == "selector" and len(series.alts) > 1:
+        names, matchers = [], None
+        for alt in series.alts:
+            name, _, rest = alt.partition("{")
+            names.append(name)
+            matchers = rest.removesuffix("}") if matchers is None else matchers
+        inner = f'__name__=~"{regex_any(names)}"' + (f",{matchers}" if matchers else "")
+        return f"label_values({{{inner}}}, {_label(label)})"
     return f"label_values({series.alts[0]}, {_label(label)})"
 
 

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 from drill.launcher import ServerProcess, running, vllm_openai_server
 from serving.demo_model import SERVED_NAME, ensure_demo_model
@@ -32,6 +34,12 @@ for _var, _sub in (
 ):
     os.environ[_var] = str(_HOME / _sub)
 os.environ.pop("KVSCOPE_CONFIG", None)
+
+# hypothesis keeps its example database (and its other files) in the session's folder, not in
+# .hypothesis/ of the checkout
+os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(_HOME / "hypothesis")
+settings.register_profile("kvscope", database=DirectoryBasedExampleDatabase(str(_HOME / "hypothesis")))
+settings.load_profile("kvscope")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -41,7 +41,7 @@ def check(ctx: Context) -> list[Finding]:
         why = (
             "steps are bound by HBM bandwidth"
             if real_gpus
-            else "each step takes long (no real GPU is in its scope, so nothing is said of HBM)"
+            else "each step takes long (no real GPU is in its scope to tell why)"
         )
         return Parts(
             Severity.WARNING,

@@ -13,8 +13,11 @@ def check(ctx: Context) -> list[Finding]:
     share_limit = ctx.limit(t.THROTTLE_SHARE)
 
     def judge(view: View) -> Hit | None:
-        if (ctx.util(view) or 0) < ctx.limit(t.GPU_UTIL_FLOOR):
+        util = ctx.util(view)
+        if util is not None and util < ctx.limit(t.GPU_UTIL_FLOOR):
             return None  # idle GPUs drop their clocks by design
+        # missing is not idle: without a utilisation reading the clocks alone decide nothing (an
+        # idle GPU's are low too), but the power cap, the temperature and the held reasons do
         active = _active_reasons(view, share_limit)
         model = ctx.models.lookup(labels_of(view).get("modelName"))
         clock = value(view, "sm_clock_avg")

@@ -23,7 +23,7 @@ from urllib.parse import urlparse
 
 from diagnosis.measures import ENTITY_LABELS, Entity, Kind, Measure, Measurements, Value, entity_key, usable
 from diagnosis.sources import SourceError
-from kvscope import promtext
+from kvscope import catalog, promtext
 from kvscope.catalog import Signal
 from kvscope.pages import DEFAULT_MAX_BYTES, Target, fetch_all
 from kvscope.promql import ANY, Matcher, Selector
@@ -92,8 +92,11 @@ class ScrapeSource:
                 self.status[target.url] = ("unparseable", why)
                 errors.append(why)
                 continue
+            unknown = _unknown_dcgm(page)
             if bad:
                 self.status[target.url] = ("partial", f"{bad} unreadable line(s) skipped, {len(page)} samples read")
+            elif unknown:
+                self.status[target.url] = ("partial", unknown)
             else:
                 self.status.setdefault(target.url, ("ok", f"{len(page)} samples"))
             instance = urlparse(target.url).netloc
@@ -139,6 +142,19 @@ def compute(
     return out
 
 
+def _unknown_dcgm(page: Sequence[promtext.Sample]) -> str:
+    """A note when a page's DCGM_* families are all ones the catalog does not know (another
+    release's names): its GPUs cannot be read, and that is said, not taken for idle GPUs."""
+    dcgm = {s.name for s in page if s.name.startswith("DCGM_")}
+    if not dcgm or dcgm & _CATALOGUED:
+        return ""
+    shown = ", ".join(sorted(dcgm)[:3]) + (", ..." if len(dcgm) > 3 else "")
+    return f"none of its {len(dcgm)} DCGM_* families is one kvscope knows ({shown}): its GPUs are not read"
+
+
+_CATALOGUED = frozenset(n for sig in catalog.all_signals() for n in sig.every_name)
+
+
 # --- series over time ----------------------------------------------------------------------
 
 
@@ -153,14 +169,15 @@ def _matches(labels: dict[str, str], matchers: Sequence[Matcher]) -> bool:
 
 
 def _series(
-    snapshots: Sequence[Timed], name: str, matchers: Sequence[Matcher]
+    snapshots: Sequence[Timed], name: str, matchers: Sequence[Matcher], factor: float = 1.0
 ) -> dict[SeriesKey, list[tuple[float, float]]]:
-    """name's samples per series (labels without the name), in time order."""
+    """name's samples per series (labels without the name), in time order, times `factor` (a
+    name in another unit, read in the measure's)."""
     out: dict[SeriesKey, list[tuple[float, float]]] = defaultdict(list)
     for at, samples in snapshots:
         for s in samples:
             if s.name == name and _matches(dict(s.labels), matchers):
-                out[tuple(sorted(s.labels.items()))].append((at, s.value))
+                out[tuple(sorted(s.labels.items()))].append((at, s.value * factor))
     return out
 
 
@@ -200,7 +217,12 @@ def _labels(measure: Measure, group: Group) -> dict[str, str]:
 
 
 def _per_series(
-    measure: Measure, name: str, snapshots: Sequence[Timed], matchers: Sequence[Matcher], born_from_zero: bool = False
+    measure: Measure,
+    name: str,
+    snapshots: Sequence[Timed],
+    matchers: Sequence[Matcher],
+    born_from_zero: bool = False,
+    factor: float = 1.0,
 ) -> dict[Group, list[float]]:
     """One number per series (the range function of the measure's kind), grouped by entity.
 
@@ -210,7 +232,7 @@ def _per_series(
     """
     span = snapshots[-1][0] - snapshots[0][0]
     out: dict[Group, list[float]] = defaultdict(list)
-    for key, points in _series(snapshots, name, matchers).items():
+    for key, points in _series(snapshots, name, matchers, factor).items():
         kind, values = measure.kind, [v for _, v in points]
         number: float | None
         if kind is Kind.GAUGE_MAX:
@@ -255,7 +277,12 @@ _AGGREGATE: dict[Kind, Callable[[list[float]], float]] = {
 
 
 def _names(signals: Sequence[Signal]) -> list[str]:
-    return [n for s in signals for n in s.names]
+    """Every name to try, in the PromQL's order: each signal's same-unit names, then its rescaled ones."""
+    return [n for s in signals for n in s.every_name]
+
+
+def _factor(signals: Sequence[Signal], name: str) -> float:
+    return next((k for s in signals if (k := s.scale_of(name)) is not None), 1.0)
 
 
 def _alternative(measure: Measure, index: int, snapshots: Sequence[Timed], selector: Selector) -> dict[Group, float]:
@@ -265,7 +292,8 @@ def _alternative(measure: Measure, index: int, snapshots: Sequence[Timed], selec
     name = names[index]
     kind = measure.kind
     if kind in _AGGREGATE:
-        series = _per_series(measure, name, snapshots, matchers, born_from_zero=kind is Kind.INCREASE)
+        factor = _factor(measure.signals, name)
+        series = _per_series(measure, name, snapshots, matchers, born_from_zero=kind is Kind.INCREASE, factor=factor)
         return {g: _AGGREGATE[kind](v) for g, v in series.items()}
     if kind in (Kind.RATIO, Kind.RATIO_RECENT):
         dens = _names(measure.denominator)

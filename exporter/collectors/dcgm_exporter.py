@@ -4,11 +4,12 @@ DCGM's "blank" / "not supported" sentinels, which would read as real values.
 Beside a local GPU backend (nvml, dcgm, emulated) the same DCGM_* series would be served twice,
 once per source, with different label sets (hostname spellings, dcgm-exporter's
 DCGM_FI_DRIVER_VERSION, pod labels): sums would double. So per GPU (UUID, and GPU_I_ID for a MIG
-instance) and per series name, dcgm-exporter wins: it is the DCGM reading the user deployed on
-purpose, with its Kubernetes pod mapping. The local backend still serves, for those GPUs, the
-DCGM_* series dcgm-exporter does not (e.g. counters its CSV leaves out) and every kvscope_* extra;
-when dcgm-exporter is down, the local backend serves everything again on the next collection.
-`served()` is what the local collectors ask.
+instance) and per measurement, whatever name it has there (4.9 serves the SM clock in Hz under
+a name of its own where the local backend writes 4.8's in MHz), dcgm-exporter wins: it is the
+DCGM reading the user deployed on purpose, with its Kubernetes pod mapping. The local backend
+still serves, for those GPUs, the DCGM_* series dcgm-exporter does not (e.g. counters its CSV
+leaves out) and every kvscope_* extra; when dcgm-exporter is down, the local backend serves
+everything again on the next collection. `served()` is what the local collectors ask.
 """
 
 from __future__ import annotations
@@ -22,14 +23,10 @@ from exporter.exposition import Series
 from exporter.scrape import Target, scrape
 from kvscope import catalog
 
-# DCGM_INT64_BLANK (0x7ffffffffffffff0) and its siblings (NOT_FOUND, NOT_SUPPORTED, ...), and
-# DCGM_FP64_BLANK (2^47) and its siblings: sentinels, never readings.
-_INT64_BLANK = 0x7FFFFFFFFFFFFFF0
-_FP64_BLANK = 140737488355328.0
-
 
 def is_sentinel(value: float) -> bool:
-    return value >= _INT64_BLANK - 1 or _FP64_BLANK <= value <= _FP64_BLANK + 4
+    """DCGM's blank values (kvscope/catalog.py holds the one definition)."""
+    return catalog.is_dcgm_blank(value)
 
 
 class DcgmExporterCollector:
@@ -43,7 +40,8 @@ class DcgmExporterCollector:
         self._served: dict[str, set[tuple[str, str]]] = {}
 
     def served(self) -> dict[str, set[tuple[str, str]]]:
-        """Series name -> (UUID, GPU_I_ID or "") of the devices its last collection served."""
+        """Measurement (the catalog's name) -> (UUID, GPU_I_ID or "") of the devices its last
+        collection served."""
         return self._served
 
     def collect(self) -> Iterable[Metric]:
@@ -61,7 +59,9 @@ class DcgmExporterCollector:
             family.samples = [s for s in family.samples if not is_sentinel(s.value)]
             for sample in family.samples:
                 uuid = sample.labels.get("UUID") or sample.labels.get("uuid")  # uuid: --use-old-namespace
-                if uuid:
-                    served.setdefault(sample.name, set()).add((uuid, sample.labels.get("GPU_I_ID", "")))
+                if uuid:  # per measurement, whatever its name (4.8's or 4.9's, in its unit)
+                    served.setdefault(catalog.measurement_of(sample.name), set()).add(
+                        (uuid, sample.labels.get("GPU_I_ID", ""))
+                    )
             yield family
         self._served = served

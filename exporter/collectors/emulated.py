@@ -29,7 +29,7 @@ from exporter.collectors.xid import XidCounts
 from exporter.faults import Fault
 from exporter.nvml_api import GpuIdentity, GpuReading
 from kvscope import catalog, promtext
-from kvscope.gpu_models import DEFAULT_MODELS, GpuModels, pcie_capacity
+from kvscope.gpu_models import DEFAULT_MODELS, EMULATED_FIELDS, GpuModels, pcie_capacity
 
 _MIB = 1 << 20
 _IDLE, _SW_POWER_CAP, _SW_THERMAL, _HW_THERMAL = 0x1, 0x4, 0x20, 0x40
@@ -82,6 +82,22 @@ class _GpuState:
     lost: bool = False
 
 
+@dataclass(frozen=True)
+class _Board:
+    """What emulating a GPU model needs (gpu_models.EMULATED_FIELDS), all known."""
+
+    memory_mib: float
+    tdp_w: float
+    idle_w: float
+    max_sm_clock: float
+    base_sm_clock: float
+    idle_sm_clock: float
+    mem_clock: float
+    slowdown_temp: float
+    pcie_gen: int
+    pcie_width: int
+
+
 class EmulatedSource:
     backend = "emulated"
 
@@ -98,7 +114,10 @@ class EmulatedSource:
         if model not in models.table:
             raise ValueError(f"unknown emulated GPU model {model!r}: choose one of {', '.join(models.table)}")
         self.model = models[model]
-        self.mig_layout = parse_mig_layout(mig, self.model.memory_mib)
+        if not self.model.emulatable:
+            raise ValueError(f"emulated GPU model {model!r}: the table does not hold all it needs to emulate it")
+        self.board = _Board(**{f: getattr(self.model, f) for f in EMULATED_FIELDS})
+        self.mig_layout = parse_mig_layout(mig, self.board.memory_mib)
         self.extra_labels = {"emulated": "true"}
         self.engine_samples = engine_samples or dict
         self.xid_counts = xid_counts or XidCounts()
@@ -231,7 +250,7 @@ class EmulatedSource:
         faults: Mapping[tuple[int, str], Fault],
         dt: float,
     ) -> GpuReading:
-        m = self.model
+        m = self.board
         if state.lost:
             return GpuReading(lost=True)
         busy = 0.0

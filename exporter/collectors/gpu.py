@@ -21,14 +21,18 @@ class GpuCollector:
         source: GpuSource,
         host_label: str = catalog.DCGM_HOST_LABELS[0],
         served: Callable[[], Served] | None = None,
+        shape: str = catalog.DCGM_SHAPES[0],
     ) -> None:
         self.source = source
         self.name = source.backend
         self.host_label = host_label
         self.served = served or dict
+        self.shape = shape
 
     def collect(self) -> Iterable[Metric]:
-        yield from gpu_families(self.source.read(), self.source.extra_labels, self.host_label, self.served())
+        yield from gpu_families(
+            self.source.read(), self.source.extra_labels, self.host_label, self.served(), self.shape
+        )
         info = Series(catalog.GPU_BACKEND_INFO)
         info.add((self.source.backend,), 1.0)
         yield info.metric

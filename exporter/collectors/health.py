@@ -128,14 +128,15 @@ class HealthCollector:
         host_label: str = catalog.DCGM_HOST_LABELS[0],
         served: Callable[[], Served] | None = None,
         clock: Callable[[], float] | None = None,
+        shape: str = catalog.DCGM_SHAPES[0],
     ) -> None:
         self.source, self.counts, self.xids_watched = source, counts, xids_watched and counts is not None
-        self.host_label, self.served = host_label, served or dict
+        self.host_label, self.served, self.shape = host_label, served or dict, shape
         self.clock = clock or time.monotonic
         self._replays: dict[int, tuple[float, float]] = {}
 
     def collect(self) -> Iterable[Metric]:
-        families = DeviceFamilies(self.host_label, self.source.extra_labels, self.served())
+        families = DeviceFamilies(self.host_label, self.source.extra_labels, self.served(), self.shape)
         gpus = [(i, r) for i, r in self.source.last() if not i.is_mig]
         checked = getattr(self.source, "health", None)
         from_dcgm = checked() if callable(checked) else None

@@ -5,7 +5,8 @@ console error and asks for nothing over the network; at 1280x800 the verdict ban
 top in its severity's colour and the plots draw their lines and threshold (read back from the
 screenshot's pixels); at a phone's 390 px nothing is wider than the screen.
 
-Screenshots and the pages are kept under /tmp/kvscope-html-report/ for a person to look at.
+Screenshots and the pages are kept for a person to look at, in $KVSCOPE_TEST_SHOTS when it is
+set, else in a folder of the test session's own (never a fixed path another run may hold).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +37,7 @@ from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-SHOTS = Path("/tmp/kvscope-html-report")
+SHOTS = Path(os.environ.get("KVSCOPE_TEST_SHOTS") or tempfile.mkdtemp(prefix="kvscope-html-report-"))
 FLEETS = ("xid-and-avalanche", "mig-healthy")
 WIDE, PHONE = (1280, 800), (390, 844)
 

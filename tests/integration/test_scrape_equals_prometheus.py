@@ -2,7 +2,7 @@
 functions, histogram quantiles, ratios, per-entity aggregation, legacy-name fallbacks) gives what
 Prometheus gives for the same measure's PromQL over the same samples.
 
-The samples are real /metrics pages (`../shared/real-pages/`: vLLM with its `engine` label, a
+The samples are real /metrics pages (`tests/data/real-pages/`: vLLM with its `engine` label, a
 dcgm-exporter page) and a simulated fleet page, evolved over a minute of 10-second scrapes:
 counters grow (one resets, one is born inside the window), gauges move, histograms fill bucket
 by bucket. The range semantics are Prometheus 2's (Debian's package: both ends of a range
@@ -32,7 +32,7 @@ from tests.scenarios.fleet import Simulation, page
 from tests.scenarios.library import scenarios
 
 pytestmark = pytest.mark.integration
-REAL = Path(__file__).resolve().parents[3] / "shared" / "real-pages"
+REAL = Path(__file__).resolve().parents[1] / "data" / "real-pages"  # SOURCES.md: where each comes from
 STEP, SNAPSHOTS = 10.0, 7  # one minute of 10-second scrapes
 WINDOW = STEP * (SNAPSHOTS - 1)
 COMPARED = [m for m in MEASURES if m.kind is not Kind.RATIO_BEFORE]  # history a scrape does not have

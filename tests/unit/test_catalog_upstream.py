@@ -83,7 +83,7 @@ def _dcgm_csv(path: Path) -> dict[str, bool]:
 
 
 def test_dcgm_exporter_field_lists_are_catalogued() -> None:
-    known = {n for s in catalog.all_signals() if s.source is Source.DCGM for n in s.names}
+    known = {n for s in catalog.all_signals() if s.source is Source.DCGM for n in s.every_name}
     listed = [s for group in catalog.DCGM_EXPORTER_FIELDS.values() for s in group]
     assert all(s.source is Source.DCGM for s in listed)
     assert len({s.name for s in listed}) == len(listed), "a field is in two lists"

@@ -60,7 +60,7 @@ def test_a_threshold_takes_a_value_or_a_value_and_a_for(tmp_path):
         ("slo: {errors: {objective: 1}}", "slo.errors.objective"),
         ("slo: {windows: [{severity: critical, long: 2d, short: 5m, factor: 2}]}", "recorded windows"),
         ("selectors: {engine: 'namespace=prod'}", "quoted"),
-        ("gpu_models: {B300: {tdp_w: 1100}}", "a new model needs every field"),
+        ("gpu_models: {B300: {tdp_w: 1100}}", "a new model needs its NVML device name"),
         ("tiers: {gold: {}}", "put it under 'gateway:'"),
         ("thresholds: [1, 2]", "thresholds"),
         ("- a\n- b", "must be a mapping"),

@@ -1,5 +1,7 @@
 """An existing dcgm-exporter ingested: names kept exactly, DCGM's sentinels dropped."""
 
+import pytest
+
 from exporter.collectors.dcgm_exporter import DcgmExporterCollector
 from exporter.exposition import render
 from kvscope import catalog, promtext
@@ -64,3 +66,51 @@ def test_beside_a_local_backend_each_gpus_series_is_served_once_dcgm_exporter_wi
         }
     finally:
         server.close()
+
+
+def test_beside_a_49_dcgm_exporter_a_renamed_measurement_is_still_served_once():
+    # dcgm-exporter 4.9 writes utilisation as DCGM_FI_DEV_GPU_UTIL_RATIO: the local backend's
+    # DCGM_FI_DEV_GPU_UTIL for that GPU is the same measurement and is left to it
+    from exporter.collectors.gpu import GpuCollector
+    from exporter.collectors.nvml import NvmlSource
+    from exporter.nvml_api import Nvml
+    from exporter.registry import Exporter
+    from tests.fakes.dcgm_shapes import reshape_page
+    from tests.fakes.nvml import fake_node
+
+    fake = fake_node(2)
+    fake.gpus[0].uuid = "GPU-1"
+    nvml = Nvml(fake)
+    nvml.init()
+    server = PageServer(reshape_page(PAGE, "4.9"))
+    try:
+        remote = DcgmExporterCollector(server.url)
+        exporter = Exporter([remote, GpuCollector(NvmlSource(nvml), served=remote.served)], interval=0)
+        samples = promtext.parse(exporter.page().decode())
+        ratio = promtext.select(samples, "DCGM_FI_DEV_GPU_UTIL_RATIO")
+        assert [(s.labels["UUID"], s.value) for s in ratio] == [("GPU-1", 0.91)]
+        util = promtext.select(samples, catalog.DCGM_GPU_UTIL.name)
+        assert [s.labels["UUID"] for s in util] == ["GPU-fake-1"]  # GPU-1's is dcgm-exporter's, once
+    finally:
+        server.close()
+
+
+def test_the_local_backend_writes_49s_names_in_their_units_when_asked():
+    from exporter.collectors.gpu import GpuCollector
+    from exporter.collectors.nvml import NvmlSource
+    from exporter.nvml_api import Nvml
+    from exporter.registry import Exporter
+    from tests.fakes.nvml import fake_node
+
+    def page(shape: str) -> list:
+        nvml = Nvml(fake_node(1))
+        nvml.init()
+        return promtext.parse(Exporter([GpuCollector(NvmlSource(nvml), shape=shape)], interval=0).page().decode())
+
+    old, new = page("4.8"), page("4.9")
+    mhz = promtext.total(old, catalog.DCGM_SM_CLOCK.name)
+    assert promtext.total(new, "DCGM_FI_DEV_SM_CLOCK_HERTZ") == pytest.approx(mhz * 1e6)
+    assert not promtext.select(new, catalog.DCGM_SM_CLOCK.name)
+    mib = promtext.total(old, catalog.DCGM_FB_USED.name)
+    assert promtext.total(new, "DCGM_FI_DEV_FB_USED_BYTES") == pytest.approx(mib * (1 << 20))
+    assert promtext.total(new, "DCGM_FI_DEV_GPU_TEMP_CELSIUS") == promtext.total(old, catalog.DCGM_GPU_TEMP.name)

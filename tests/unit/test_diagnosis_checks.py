@@ -313,3 +313,31 @@ def test_a_full_pool_whose_requests_wait_at_the_gateway_has_run_out_too():
     assert found is not None and found.severity.value == "warning"
     assert "held at the gateway" in found.summary and "the others are unaffected" in found.summary
     assert not fires(kv_cache.check, engine={**held, "kv_usage_max": 0.7})  # a lane waiting on a free pool
+
+
+def _decode_on(gpu_extra: dict, engine: dict | None = None):
+    """Slow decode on an engine whose GPUs kvscope export scraped with it (one scope)."""
+    m = measurements(engine={"itl_p99": 0.3, **(engine or {})})
+    gpu_labels = {**GPU, "instance": ENGINE["instance"], **gpu_extra}
+    for name in BASE_GPU:
+        m.values[name] = [Value(m.values[name][0].value, dict(gpu_labels), f"q:{name}")]
+    return Context.of(m)
+
+
+def test_decode_bound_names_hbm_only_on_a_real_gpu():
+    real = one(decode.check, _decode_on({}))
+    emulated = one(decode.check, _decode_on({"emulated": "true"}))
+    assert real is not None and "HBM" in real.summary
+    assert emulated is not None and "HBM" not in emulated.summary and "no real GPU" in emulated.summary
+
+
+def test_an_engine_whose_queue_grows_is_not_decode_bound_however_slow_its_steps():
+    # an overloaded CPU engine: big batches make every step slow, and requests pile up
+    assert one(decode.check, _decode_on({"emulated": "true"}, {"waiting_slope": 0.5})) is None
+    assert one(decode.check, _decode_on({"emulated": "true"}, {"waiting_slope": 0.005})) is not None
+
+
+def test_the_kernel_step_makes_no_claim_on_emulated_gpus():
+    result = diagnose(_decode_on({"emulated": "true"}).m, 0, 900, "test")
+    kernels = next(s for s in result.steps if s.step == 5)
+    assert kernels.status == "skipped" and "emulated" in kernels.detail and "HBM" not in kernels.detail

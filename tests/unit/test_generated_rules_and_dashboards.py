@@ -22,7 +22,7 @@ from kvscope.promql import metric_names
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNBOOKS = ROOT / "docs" / runbook.RUNBOOKS_FILE
-KNOWN = {n for s in catalog.all_signals() for n in s.names}
+KNOWN = {n for s in catalog.all_signals() for n in s.every_name}
 
 
 def known(name: str) -> bool:

@@ -102,7 +102,7 @@ def test_comparisons_join_the_alternatives_before_comparing():
 
 
 def test_vector_matching_and_parentheses():
-    used, free = metric(c.DCGM_FB_USED), metric(c.DCGM_FB_FREE)
+    used, free = metric(c.DCGM_FB_USED.name), metric(c.DCGM_FB_FREE.name)  # the 4.8 names alone
     share = (used / (used + free)).max(("instance", "gpu"))
     budget = metric(c.ENGINE_MEMORY_BUDGET).max(("instance",))
     expr = share.gt(budget + 0.03, on=("instance",), group_left=())
@@ -146,3 +146,22 @@ def test_a_drill_clock_scales_every_window_offset_and_step():
     assert scale_durations(expr, 20, min_range=10, min_step=2) == (
         'rate(x{pod=~"vllm[ab]",note="offset 5m"}[15s]) > 0 and max_over_time((rate(y[30s]))[3m:3s] offset 30s)'
     )
+
+
+def test_a_name_in_another_unit_is_read_in_the_signals_unit():
+    # dcgm-exporter 4.9 writes GPU utilisation as a 0-1 ratio under a new name: one more
+    # alternative, scaled after the functions that commute with a factor, before a comparison
+    util = metric(c.DCGM_GPU_UTIL, Selector.of(gpu="0")).over_time("avg", "5m").avg(("gpu",))
+    low = str(util.lt(20))
+    assert low == (
+        '((avg by (gpu) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{gpu="0"}[5m]))) or '
+        '((avg by (gpu) (avg_over_time(DCGM_FI_DEV_GPU_UTIL_RATIO{gpu="0"}[5m])) < 140737488355328) * 100)) < 20'
+    )
+    assert metric_names(low) == {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL_RATIO"}
+    # counting does not depend on the unit: no factor
+    assert "*" not in str(metric(c.DCGM_FB_USED).count(("gpu",)))
+    # a function that does not commute with a factor gets the value in the signal's unit first
+    clamped = str(metric(c.DCGM_SM_CLOCK).clamp_max(1500))
+    assert "clamp_max(((DCGM_FI_DEV_SM_CLOCK_HERTZ < 140737488355328) * 1e-06), 1500)" in clamped
+    # a histogram's parts keep their names: no rescaled alternative for a suffix
+    assert str(metric(c.DCGM_GPU_UTIL, suffix="_bucket")) == "DCGM_FI_DEV_GPU_UTIL_bucket"

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kvscope import catalog, promtext
 
-REAL = Path(__file__).resolve().parents[3] / "shared" / "real-pages"
+REAL = Path(__file__).resolve().parents[1] / "data" / "real-pages"  # SOURCES.md: where each comes from
 KV, PREEMPTIONS, REPLAYS = catalog.VLLM_KV_CACHE_USAGE, catalog.VLLM_NUM_PREEMPTIONS, catalog.DCGM_PCIE_REPLAY
 TTFT = catalog.VLLM_TTFT
 
@@ -113,8 +113,7 @@ def test_lines_of_other_forms_read_as_the_library_reads_them(odd):
     assert _same_verdict(odd + "\n" + VLLM_PAGE) in ("read", "refused")
 
 
-@pytest.mark.skipif(not REAL.is_dir(), reason="../shared/real-pages is absent")
-@pytest.mark.parametrize("path", sorted(REAL.glob("*.prom")) if REAL.is_dir() else [], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(REAL.glob("*.prom")), ids=lambda p: p.name)
 def test_real_pages_read_as_the_library_reads_them(path):
     assert _same_verdict(path.read_text()) in ("read", "refused")
 

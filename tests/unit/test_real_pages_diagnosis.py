@@ -1,4 +1,4 @@
-"""Every page of ../shared/real-pages diagnosed (as two scrapes of the same page) without a crash,
+"""Every page of tests/data/real-pages diagnosed (as two scrapes of the same page) without a crash,
 with the verdict a GPU engineer would give; a broken page costs only its own lines."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from diagnosis.measures import MEASURES
 from diagnosis.sources.scrape import ScrapeSource, compute
 from diagnosis.verdict import diagnose
 from kvscope import promtext
+from tests.fakes.dcgm_shapes import reshape
 
-REAL = Path(__file__).resolve().parents[3] / "shared" / "real-pages"
-pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason="../shared/real-pages is absent")
+REAL = Path(__file__).resolve().parents[1] / "data" / "real-pages"  # SOURCES.md: where each comes from
 
 # page -> the verdict: idle GPUs are a cost finding; the T4 at its cap is throttled
 VERDICTS = {
@@ -30,12 +30,49 @@ VERDICTS = {
 }
 
 
-def _diagnose(*names: str):
+def _diagnose(*names: str, shape: str = "4.8"):
     samples = []
     for name in names:
         read, _ = promtext.parse_lenient((REAL / name).read_text())
-        samples += [promtext.Sample(s.name, {"instance": name, **s.labels}, s.value) for s in read]
+        samples += [promtext.Sample(s.name, {"instance": name, **s.labels}, s.value) for s in reshape(read, shape)]
     return diagnose(compute(MEASURES, [(0.0, samples), (60.0, samples)], "pages"), 0, 60, "pages")
+
+
+def _what_it_said(result) -> tuple:
+    """What must not change with the exporter's field names: verdict, incidents, evidence values."""
+    incidents = [
+        (i.id, i.severity, tuple(i.scopes), i.summary, tuple(sorted(map(str, i.affected)))) for i in result.incidents
+    ]
+    evidence = sorted((f.id, e.measure, round(e.value, 6)) for f in result.findings for e in f.evidence)
+    return result.bottleneck, result.exit_code, incidents, evidence
+
+
+@pytest.mark.parametrize("shape", ["4.9", "4.10"])
+@pytest.mark.parametrize("name", sorted(VERDICTS))
+def test_a_page_in_dcgm_exporter_49_and_410_names_reads_as_it_did_in_48s(name, shape):
+    # 4.9.0 renamed 23 default fields and changed 11 units (Hz, bytes, J, ratios); 4.10.0 the PCIe rates
+    assert _what_it_said(_diagnose(name, shape=shape)) == _what_it_said(_diagnose(name))
+
+
+def test_the_renamed_page_really_is_in_the_new_names():
+    read, _ = promtext.parse_lenient((REAL / "dcgm-t4-ericsson-1.prom").read_text())
+    names = {s.name for s in reshape(read, "4.9")}
+    assert "DCGM_FI_DEV_SM_CLOCK_HERTZ" in names and "DCGM_FI_DEV_SM_CLOCK" not in names
+    assert "DCGM_FI_DEV_GPU_UTIL_RATIO" in names and "DCGM_FI_DEV_GPU_UTIL" not in names
+    clock = next(s for s in reshape(read, "4.9") if s.name == "DCGM_FI_DEV_SM_CLOCK_HERTZ")
+    assert clock.value == 660e6  # Hz, where 4.8 wrote 660 (MHz)
+
+
+def test_a_fleet_mid_upgrade_reads_as_one_fleet():
+    # the T4 at its cap on 4.9, the idle L4 still on 4.8: both GPUs, each judged as before
+    old = _diagnose("dcgm-t4-ericsson-1.prom", "dcgm-l4-kops-1.prom")
+    mixed = []
+    for name, shape in (("dcgm-t4-ericsson-1.prom", "4.9"), ("dcgm-l4-kops-1.prom", "4.8")):
+        read, _ = promtext.parse_lenient((REAL / name).read_text())
+        mixed += [promtext.Sample(s.name, {"instance": name, **s.labels}, s.value) for s in reshape(read, shape)]
+    result = diagnose(compute(MEASURES, [(0.0, mixed), (60.0, mixed)], "pages"), 0, 60, "pages")
+    assert _what_it_said(result) == _what_it_said(old)
+    assert {i.id for i in result.incidents} >= {"thermal_power_throttling", "gpu_underutilized"}
 
 
 def test_every_page_is_in_the_table():
@@ -85,3 +122,20 @@ def test_a_redacted_page_costs_only_its_own_lines():
     assert status == {vllm.url: "ok", dcgm.url: "partial"}
     assert result.bottleneck == "healthy" and result.exit_code == 0
     assert any(m.startswith("vllm:") or m == "kv_usage_max" for m in measured.values) or measured.has("waiting_max")
+
+
+def test_a_page_of_dcgm_families_kvscope_does_not_know_is_named_not_read_as_idle():
+    from tests.fakes.pages import PageServer
+
+    # a future release's names: nothing to read, and the verdict must say it cannot judge the GPUs
+    text = (REAL / "dcgm-t4-ericsson-1.prom").read_text().replace("DCGM_FI_", "DCGM_FI_V9_")
+    server = PageServer(text)
+    try:
+        source = ScrapeSource([server.url], interval=0.2, step=0)
+        measured = source.fetch(MEASURES)
+    finally:
+        server.close()
+    (status,) = measured.sources
+    assert status["status"] == "partial" and "none of its" in status["detail"] and "DCGM_FI_V9_" in status["detail"]
+    result = diagnose(measured, 0, 1, source.name)
+    assert result.bottleneck != "gpu_underutilized"  # missing is not idle

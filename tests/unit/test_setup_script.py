@@ -3,13 +3,12 @@ back by policy-rc.d, removes only the policy file it created, and never kills by
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SETUP = ROOT / "scripts" / "setup.sh"
@@ -33,16 +32,26 @@ def _fake_path(tmp_path: Path) -> Path:
     return bin_dir
 
 
+def _venv(tmp_path: Path, engine: str) -> Path:
+    """A stand-in venv whose install stamp is current, so setup.sh only checks it: the test never
+    touches the project's own .venv (on a GPU machine a CPU-engine run would replace its CUDA vLLM)."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()[:16]
+    (venv / f".kvscope-installed-{engine}-{digest}").touch()
+    return venv
+
+
 def _run(tmp_path: Path, policy: Path) -> subprocess.CompletedProcess[str]:
-    venv = ROOT / ".venv"
-    if not (venv / "bin" / "python").exists():
-        pytest.skip("needs the project's .venv (make setup)")
+    engine = os.environ.get("KVSCOPE_ENGINE", "cpu")
+    venv = _venv(tmp_path, engine)
     env = {
         "PATH": str(_fake_path(tmp_path)),
         "VENV": str(venv),
         "POLICY_RC_D": str(policy),
         "APT_LOG": str(tmp_path / "apt.log"),
-        "KVSCOPE_ENGINE": os.environ.get("KVSCOPE_ENGINE", "cpu"),
+        "KVSCOPE_ENGINE": engine,
     }
     return subprocess.run(["bash", str(SETUP)], env=env, capture_output=True, text=True, timeout=300, check=False)
 
@@ -61,6 +70,13 @@ def test_a_policy_that_was_there_is_kept(tmp_path):
     policy.write_text("#!/bin/sh\n# the admin's own\nexit 101\n")
     assert _run(tmp_path, policy).returncode == 0
     assert "the admin's own" in policy.read_text()
+
+
+def test_the_projects_venv_is_left_alone(tmp_path):
+    before = sorted(p.name for p in (ROOT / ".venv").glob(".kvscope-installed-*")) if (ROOT / ".venv").is_dir() else []
+    assert _run(tmp_path, tmp_path / "policy-rc.d").returncode == 0
+    after = sorted(p.name for p in (ROOT / ".venv").glob(".kvscope-installed-*")) if (ROOT / ".venv").is_dir() else []
+    assert before == after
 
 
 def test_setup_never_kills_processes_by_name():

@@ -29,7 +29,7 @@ def _pattern(name: str) -> re.Pattern[str]:
 def test_no_metric_name_is_spelled_outside_the_catalog():
     # Prometheus' own `up` is also an English word: its uses are the catalog's SCRAPE_UP anyway
     signals = [s for s in catalog.all_signals() if s.source is not catalog.Source.PROMETHEUS]
-    patterns = [(n, _pattern(n)) for s in signals for n in s.names]
+    patterns = [(n, _pattern(n)) for s in signals for n in s.every_name]
     offenders = []
     for path in _code_files():
         text = path.read_text()
@@ -38,7 +38,7 @@ def test_no_metric_name_is_spelled_outside_the_catalog():
 
 
 def test_no_uncatalogued_kvscope_metric_is_spelled_in_code():
-    known = {n for s in catalog.all_signals() for n in s.names}
+    known = {n for s in catalog.all_signals() for n in s.every_name}
     literal = re.compile(r"""["'](kvscope_[a-z0-9_]+)["']""")
     strays = [
         f"{path.relative_to(ROOT)}: {m}"
