@@ -58,12 +58,17 @@ def _selector() -> dict[str, str]:
 
 def rbac(config: Config) -> list[dict[str, Any]]:
     account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": metadata(config)}
+    rules: list[dict[str, Any]] = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
         "metadata": metadata(config, namespaced=False),
-        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
+        "rules": rules,
     }
+    if config.deploy.discover == "kubelet":
+        # the kubelet authorises GET /pods as the nodes/proxy subresource (its webhook authorizer):
+        # the only rule that reaches it, and a wide one (README: why it is not the default)
+        rules.append({"apiGroups": [""], "resources": ["nodes/proxy"], "verbs": ["get"]})
     binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRoleBinding",
@@ -81,6 +86,9 @@ def _args(config: Config) -> list[str]:
         "--gpu=auto",
         "--collect-interval=5",
         f"--config={CONFIG_DIR}/kvscope.yaml",
+        # the kernel log's XIDs need /dev/kmsg, which a container reads only privileged (the device
+        # cgroup) and with CAP_SYSLOG: off here; NVML's XID events still count every XID (README)
+        "--xid-kmsg=none",
     ]
     if config.deploy.bearer_token_secret:
         args.append(f"--bearer-token-file={TOKEN_DIR}/token")
@@ -113,6 +121,8 @@ def daemonset(config: Config) -> list[dict[str, Any]]:
         "ports": [{"name": "metrics", "containerPort": PORT}],
         "env": [
             {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            # the node's own address, where --discover kubelet finds the kubelet (port 10250)
+            {"name": "NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
             {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
             {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
         ],
@@ -157,7 +167,7 @@ def daemonset(config: Config) -> list[dict[str, Any]]:
         "# annotations); list other /metrics URLs under vllm. procfs discovery (engines outside pods)\n"
         "# would also need CAP_SYS_PTRACE to read other users' /proc/PID/fd: not granted here.\n"
         "# Thresholds, selectors and GPU model overrides go in the same file.\n"
-        + yaml.safe_dump({"export": {"discover": ["kubernetes"], "vllm": [], "scrape_timeout": 3}}, sort_keys=False)
+        + yaml.safe_dump({"export": _export_settings(config)}, sort_keys=False)
     )
     configmap = {
         "apiVersion": "v1",
@@ -166,6 +176,13 @@ def daemonset(config: Config) -> list[dict[str, Any]]:
         "data": {"kvscope.yaml": settings},
     }
     return [ds, configmap]
+
+
+def _export_settings(config: Config) -> dict[str, Any]:
+    settings: dict[str, Any] = {"discover": [config.deploy.discover], "vllm": [], "scrape_timeout": 3}
+    if config.deploy.discover == "kubelet" and config.deploy.kubelet_insecure_skip_verify:
+        settings["kubelet_insecure_skip_verify"] = True
+    return settings
 
 
 def service(config: Config) -> list[dict[str, Any]]:

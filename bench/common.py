@@ -8,14 +8,15 @@ import random
 import statistics
 import tempfile
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from drill.launcher import ServerProcess, kvscope_server, running, vllm_openai_server
+from drill.results import percentile as drill_percentile
+from drill.traffic import WORDS_PER_TOKEN, Mix
 from serving.demo_model import SERVED_NAME, ensure_demo_model, synthetic_text
 
-WORDS_PER_TOKEN = 0.8  # the demo language: about 1.25 tokens per word
+__all__ = ["Mix", "dataset", "percentile"]
 
 
 @contextlib.contextmanager
@@ -66,36 +67,23 @@ def vllm_bench(base_url: str, args: Sequence[str]) -> dict[str, Any]:
     return main(parsed)
 
 
-@dataclass(frozen=True)
-class Mix:
-    """The seeds' request mix (seed 000: 90 % short, 8 % medium, 2 % very long prompts)."""
-
-    short_tokens: int = 120
-    medium_tokens: int = 1500
-    long_tokens: int = 6000
-    shares: tuple[float, float, float] = (0.90, 0.08, 0.02)
-    output_tokens: int = 32
-
-    def dataset(self, count: int, seed: int) -> Path:
-        """A JSONL file of `count` fresh prompts (no prefix-cache reuse across runs)."""
-        rng = random.Random(seed)
-        sizes = rng.choices((self.short_tokens, self.medium_tokens, self.long_tokens), self.shares, k=count)
-        path = Path(tempfile.mkdtemp(prefix="kvscope-mix-")) / "mix.jsonl"
-        with path.open("w") as f:
-            for tokens in sizes:
-                prompt = synthetic_text(rng, int(tokens * WORDS_PER_TOKEN))
-                f.write(json.dumps({"prompt": prompt, "output_tokens": self.output_tokens}) + "\n")
-        return path
+def dataset(mix: Mix, count: int, seed: int) -> Path:
+    """A JSONL file of `count` fresh prompts of the seeds' mix (drill/traffic.py's, the one
+    definition), for `vllm bench serve` (no prefix-cache reuse across runs)."""
+    rng = random.Random(seed)
+    sizes = rng.choices((mix.short_tokens, mix.medium_tokens, mix.long_tokens), mix.shares, k=count)
+    path = Path(tempfile.mkdtemp(prefix="kvscope-mix-")) / "mix.jsonl"
+    with path.open("w") as f:
+        for tokens in sizes:
+            prompt = synthetic_text(rng, int(tokens * WORDS_PER_TOKEN))
+            f.write(json.dumps({"prompt": prompt, "output_tokens": mix.output_tokens}) + "\n")
+    return path
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100) by linear interpolation, as numpy does."""
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    k = (len(ordered) - 1) * q / 100
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+    """The q-th percentile (0..100), as numpy does (drill/results.py's); NaN when empty."""
+    found = drill_percentile(values, q)
+    return float("nan") if found is None else found
 
 
 def by_prompt_length(result: dict[str, Any], below: int) -> list[float]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import Mix, by_prompt_length, percentile, server, vllm_bench
+from bench.common import Mix, by_prompt_length, dataset, percentile, server, vllm_bench
 from kvscope import catalog, promtext
 
 SHORT, MEDIUM = 512, 4096  # prompt-length class bounds (tokens)
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     mix = Mix()
     runs = {}
     for profile, seed in (("default", 101), ("tuned", 202)):
-        runs[profile] = measure(profile, mix.dataset(args.requests, seed), args.rate, args.requests, workdir)
+        runs[profile] = measure(profile, dataset(mix, args.requests, seed), args.rate, args.requests, workdir)
     print(json.dumps(runs, indent=2))
     d, t = runs["default"], runs["tuned"]
     print()

@@ -18,7 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-HOST_LABELS = ("Hostname", "hostname")
+from kvscope.catalog import DCGM_HOST_LABELS
+
+HOST_LABELS = DCGM_HOST_LABELS  # the one list of spellings (kvscope/catalog.py)
 
 
 def host_of(labels: dict[str, str]) -> str:

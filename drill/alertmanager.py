@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import secrets
-import shutil
 import sys
 import threading
 import time
@@ -27,7 +26,7 @@ from typing import Any
 import httpx
 import yaml
 
-from drill.launcher import ServerProcess, free_port, running, start_process
+from drill.launcher import DebianPackageMissing, ServerProcess, debian_binary, free_port, running, start_process
 from kvscope.config import read_yaml
 from kvscope.durations import parse_time
 
@@ -40,19 +39,12 @@ NOTIFY_PATH = "/notify"  # where kvscope forwards its notifications on the stand
 TAP_PATH = "/alertmanager"  # where Alertmanager itself posts, when tapped
 
 
-class AlertmanagerMissing(RuntimeError):  # noqa: N818 - a state of the machine
+class AlertmanagerMissing(DebianPackageMissing):
     """Alertmanager is not installed (the message names the Debian package)."""
 
 
 def binary() -> str:
-    for name in ("prometheus-alertmanager", "alertmanager"):  # Debian's name, then upstream's
-        path = shutil.which(name)
-        if path is not None:
-            return path
-    raise AlertmanagerMissing(
-        "`prometheus-alertmanager` is not on PATH: install Debian's 'prometheus-alertmanager' package "
-        "(apt-get install prometheus-alertmanager), or run `make setup`"
-    )
+    return debian_binary(["prometheus-alertmanager", "alertmanager"], "prometheus-alertmanager", AlertmanagerMissing)
 
 
 def write_config(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -36,6 +37,22 @@ def platform_engine_args() -> list[str]:
     from serving.profiles import platform_settings
 
     return [arg for setting in platform_settings(detect()) for arg in setting.argv()]
+
+
+class DebianPackageMissing(RuntimeError):  # noqa: N818 - a state of the machine
+    """A real part kvscope runs is not installed (the message names the Debian package)."""
+
+
+def debian_binary(names: Sequence[str], package: str, error: type[DebianPackageMissing] = DebianPackageMissing) -> str:
+    """The first of `names` on PATH (Debian's name first, then upstream's), else `error` naming
+    the package to install: the one lookup for Prometheus, Alertmanager, VictoriaMetrics, Redis."""
+    for name in names:
+        if (path := shutil.which(name)) is not None:
+            return path
+    raise error(
+        f"`{names[0]}` is not on PATH: install Debian's '{package}' package (apt-get install {package}), "
+        "or run `make setup`"
+    )
 
 
 class ServerFailedError(RuntimeError):

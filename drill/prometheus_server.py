@@ -3,7 +3,6 @@ process, and TSDB blocks backfilled from OpenMetrics (`promtool tsdb create-bloc
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -11,21 +10,16 @@ from typing import Any
 
 import yaml
 
-from drill.launcher import ServerProcess, free_port, start_process
+from drill.launcher import DebianPackageMissing, ServerProcess, debian_binary, free_port, start_process
 
 
-class PrometheusMissing(RuntimeError):  # noqa: N818 - a state of the machine
+class PrometheusMissing(DebianPackageMissing):
     """Prometheus is not installed (the message names the Debian package)."""
 
 
 def binary(name: str = "prometheus") -> str:
-    path = shutil.which(name)
-    if path is None:
-        raise PrometheusMissing(
-            f"`{name}` is not on PATH: install Debian's 'prometheus' package "
-            "(apt-get install prometheus), or run `make setup`"
-        )
-    return path
+    """`prometheus` or `promtool` (both in Debian's prometheus package)."""
+    return debian_binary([name], "prometheus", PrometheusMissing)
 
 
 def write_config(

@@ -49,6 +49,14 @@ def export(
     discover_interval: Annotated[
         float | None, typer.Option(help="Seconds between discoveries (default: the collection interval).")
     ] = None,
+    kubelet_insecure_skip_verify: Annotated[
+        bool | None,
+        typer.Option(
+            "--kubelet-insecure-skip-verify",
+            help="--discover kubelet: do not verify the kubelet's certificate (self-signed kubelets; as "
+            "metrics-server's --kubelet-insecure-tls).",
+        ),
+    ] = None,
     dcgm_exporter: Annotated[str | None, typer.Option(help="Ingest a running dcgm-exporter at this URL.")] = None,
     dcgm_bindings: Annotated[
         str | None, typer.Option(help="Folder of DCGM's Python bindings (pydcgm.py, ...).")
@@ -108,6 +116,7 @@ def export(
         "vllm": vllm or None,
         "discover": discover or None,
         "discover_interval": discover_interval,
+        "kubelet_insecure_skip_verify": kubelet_insecure_skip_verify,
         "dcgm_exporter": dcgm_exporter,
         "dcgm_bindings": dcgm_bindings,
         "collect_interval": collect_interval,

@@ -61,6 +61,10 @@ class ExportConfig(BaseModel):
     discover_interval: float | None = Field(
         None, gt=0, description="seconds between discoveries (default: collect_interval)"
     )
+    kubelet_insecure_skip_verify: bool = Field(
+        False,
+        description="--discover kubelet: do not verify the kubelet's serving certificate (self-signed kubelets)",
+    )
     dcgm_exporter: str | None = None
     dcgm_bindings: str | None = None
     dcgm_host: str = "localhost"
@@ -244,7 +248,11 @@ def _discovery(config: ExportConfig, gpu_pids: Callable[[], Iterable[int]]) -> D
             elif name == "kubernetes":
                 methods.append(KubernetesDiscovery.in_cluster(timeout=config.scrape_timeout))
             elif name == "kubelet":
-                methods.append(KubernetesDiscovery.kubelet(timeout=config.scrape_timeout))
+                methods.append(
+                    KubernetesDiscovery.kubelet(
+                        timeout=config.scrape_timeout, insecure_skip_verify=config.kubelet_insecure_skip_verify
+                    )
+                )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     return DiscoveryCollector(methods, config.discovery_interval) if methods else None

@@ -439,8 +439,10 @@ class KubernetesDiscovery:
         token_file: Path = SERVICE_ACCOUNT / "token",
         ca_file: Path | None = SERVICE_ACCOUNT / "ca.crt",
         timeout: float = 5.0,
+        insecure_skip_verify: bool = False,
     ) -> None:
         self.name = name
+        self.insecure_skip_verify = insecure_skip_verify
         self.url = url
         self.node_name = node_name
         self.token_file = token_file
@@ -465,7 +467,11 @@ class KubernetesDiscovery:
 
     @classmethod
     def kubelet(cls, env: Mapping[str, str] = os.environ, **kwargs: Any) -> KubernetesDiscovery:
-        """The kubelet's pod list: $KVSCOPE_KUBELET_URL, else https://$NODE_IP:10250/pods."""
+        """The kubelet's pod list (every pod of its node): $KVSCOPE_KUBELET_URL, else
+        https://$NODE_IP:10250/pods, with the service account's token (the kubelet authorises it
+        as `nodes/proxy` get) over TLS verified against the cluster CA (the kubelet's serving
+        certificate is signed by it with serverTLSBootstrap), or not verified at all where the
+        user says so (`kubelet_insecure_skip_verify`: kubelets with self-signed certificates)."""
         url = env.get("KVSCOPE_KUBELET_URL")
         if not url:
             ip = env.get("NODE_IP")
@@ -477,7 +483,7 @@ class KubernetesDiscovery:
         return cls(url, name="kubelet", **kwargs)
 
     def _verify(self) -> ssl.SSLContext | bool:
-        if not self.url.startswith("https://"):
+        if not self.url.startswith("https://") or self.insecure_skip_verify:
             return False
         if self.ca_file is not None and self.ca_file.exists():
             return ssl.create_default_context(cafile=str(self.ca_file))

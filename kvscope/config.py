@@ -264,6 +264,16 @@ class Deploy(_Strict):
         None, description="Secret whose key `token` scrapers must present (the probes stay open)"
     )
     tls_secret: str | None = Field(None, description="kubernetes.io/tls Secret (tls.crt, tls.key, ca.crt): HTTPS")
+    discover: Literal["kubernetes", "kubelet"] = Field(
+        "kubernetes",
+        description="how the exporter finds its node's vLLM pods: the API server (pods get/list/watch) or "
+        "the node's kubelet (NODE_IP, nodes/proxy get: no API-server load, but a wider grant)",
+    )
+    kubelet_insecure_skip_verify: bool = Field(
+        False,
+        description="with discover: kubelet, do not verify the kubelet's serving certificate (self-signed "
+        "where the cluster has no serverTLSBootstrap); the token is then sent to an unverified peer",
+    )
 
     @field_validator("namespace", "bearer_token_secret", "tls_secret")
     @classmethod

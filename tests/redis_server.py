@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -16,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from drill.launcher import free_port
+from drill.launcher import DebianPackageMissing, debian_binary, free_port
 from tests.waiting import eventually
 
-REDIS_SERVER = shutil.which("redis-server") or (
-    "/usr/bin/redis-server" if Path("/usr/bin/redis-server").exists() else None
-)
+try:
+    REDIS_SERVER: str | None = debian_binary(["redis-server"], "redis-server")
+except DebianPackageMissing:
+    REDIS_SERVER = None
 
 
 def _answers(port: int) -> bool:

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import math
-import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from drill.launcher import ServerProcess, free_port, running, start_process
+from drill.launcher import DebianPackageMissing, ServerProcess, debian_binary, free_port, running, start_process
 from tests.scenarios.reality import names_of
 from tests.waiting import eventually
 
@@ -26,18 +25,12 @@ RETENTION = "100y"  # the scenarios' timestamps are an hour old; any retention l
 CHUNK_LINES = 20_000  # samples per piece of the streamed import body
 
 
-class VictoriaMetricsMissing(RuntimeError):  # noqa: N818 - a state of the machine
+class VictoriaMetricsMissing(DebianPackageMissing):
     """VictoriaMetrics is not installed (the message names the Debian package)."""
 
 
 def binary() -> str:
-    path = shutil.which("victoria-metrics")
-    if path is None:
-        raise VictoriaMetricsMissing(
-            "`victoria-metrics` is not on PATH: install Debian's 'victoria-metrics' package "
-            "(apt-get install victoria-metrics), or run `make setup`"
-        )
-    return path
+    return debian_binary(["victoria-metrics"], "victoria-metrics", VictoriaMetricsMissing)
 
 
 def prometheus_text(openmetrics: Iterable[str]) -> Iterator[str]:

@@ -90,8 +90,11 @@ def test_the_prometheusrule_carries_exactly_the_promtool_tested_groups():
 # --- schemas -----------------------------------------------------------------------------------
 
 
+KUBELET = Config(ConfigFile(deploy=Deploy(discover="kubelet", kubelet_insecure_skip_verify=True)))
+
+
 @pytest.mark.parametrize("version", KUBERNETES)
-@pytest.mark.parametrize("config", [Config(), AUTH_ON], ids=["default", "auth-on"])
+@pytest.mark.parametrize("config", [Config(), AUTH_ON, KUBELET], ids=["default", "auth-on", "kubelet"])
 def test_every_manifest_is_valid_for_the_pinned_kubernetes(config, version):
     kubernetes_validate = pytest.importorskip("kubernetes_validate")
     checked = 0
@@ -334,3 +337,21 @@ def test_the_image_installs_kvscope_without_the_engine_and_copies_every_package(
         assert package.rstrip("*") in copied, package
     ignored = (ROOT / ".containerignore").read_text().split()
     assert ".venv" in ignored and (ROOT / ".dockerignore").read_text() == (ROOT / ".containerignore").read_text()
+
+
+def test_kubelet_discovery_is_wired_whole_node_ip_the_grant_and_the_exporters_settings():
+    from exporter.config import ExportConfig
+
+    found = kinds(deploy.render(KUBELET))
+    container = found["DaemonSet"]["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in container["env"]}
+    assert env["NODE_IP"] == "status.hostIP" and env["NODE_NAME"] == "spec.nodeName"
+    rules = found["ClusterRole"]["rules"]
+    assert {"apiGroups": [""], "resources": ["nodes/proxy"], "verbs": ["get"]} in rules
+    settings = yaml.safe_load(found["ConfigMap"]["data"]["kvscope.yaml"])["export"]
+    assert settings["discover"] == ["kubelet"] and settings["kubelet_insecure_skip_verify"] is True
+    assert ExportConfig.model_validate(settings).kubelet_insecure_skip_verify  # what the exporter accepts
+    # the default grants nothing on nodes, and the kernel log's reader is off with its reason
+    default = kinds(deploy.render())
+    assert all("nodes/proxy" not in r["resources"] for r in default["ClusterRole"]["rules"])
+    assert "--xid-kmsg=none" in default["DaemonSet"]["spec"]["template"]["spec"]["containers"][0]["args"]

@@ -519,3 +519,133 @@ def test_the_discovery_gauge_counts_by_method(proc):
     collector = DiscoveryCollector([ProcfsDiscovery(proc.root)], interval=5)
     samples = promtext.parse(render(collector.collect()).decode())
     assert promtext.total(samples, catalog.DISCOVERY_TARGETS.name, method="procfs") == 1
+
+
+# --- the kubelet, as the shipped DaemonSet reaches it ------------------------------------------------
+
+
+def _kubelet_pod(name: str, ip: str, annotations: dict[str, str]) -> dict:
+    """A pod as the kubelet's GET /pods lists it: the whole object, as the API server stores it."""
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "inference",
+            "uid": f"0b6c8a2e-{name}",
+            "resourceVersion": "918273",
+            "creationTimestamp": "2026-11-30T08:00:00Z",
+            "labels": {"app": "vllm"},
+            "annotations": {"kubernetes.io/config.source": "api", **annotations},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "vllm-7d9f", "uid": "r1"}],
+        },
+        "spec": {
+            "nodeName": "gpu-node-1",
+            "containers": [
+                {
+                    "name": "vllm",
+                    "image": "vllm/vllm-openai:v0.32.0",
+                    "args": ["--model", "/models/qwen"],
+                    "ports": [{"name": "http", "containerPort": 8000, "protocol": "TCP"}],
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                }
+            ],
+            "serviceAccountName": "default",
+        },
+        "status": {
+            "phase": "Running",
+            "hostIP": "10.0.0.20",
+            "podIP": ip,
+            "podIPs": [{"ip": ip}],
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "vllm", "ready": True, "restartCount": 0}],
+        },
+    }
+
+
+KUBELET_PODS = {
+    "kind": "PodList",
+    "apiVersion": "v1",
+    "metadata": {},
+    "items": [
+        _kubelet_pod("vllm-7d9f-abcde", "10.244.1.17", {"prometheus.io/scrape": "true", "prometheus.io/port": "8000"}),
+        _kubelet_pod("vllm-7d9f-fghij", "10.244.1.18", {"kvscope.io/vllm-port": "8000"}),
+        {**_kubelet_pod("sidecar", "10.244.1.19", {}), "spec": {"nodeName": "gpu-node-1", "containers": []}},
+    ],
+}
+
+
+class FakeKubelet:
+    """HTTPS on 127.0.0.1 answering GET /pods (no field selector: the kubelet lists its own node's
+    pods) only with the service account's bearer token, as the kubelet's webhook authn does."""
+
+    def __init__(self, token: str, cert: Path, key: Path) -> None:
+        self.requests: list[tuple[str, str]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                outer.requests.append((self.path, self.headers.get("authorization", "")))
+                ok = self.path == "/pods" and self.headers.get("authorization") == f"Bearer {token}"
+                raw = json.dumps(KUBELET_PODS if ok else {"kind": "Status", "code": 401}).encode()
+                self.send_response(200 if ok else 401)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(cert, key)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+KUBELET_TARGETS = ["http://10.244.1.17:8000/metrics", "http://10.244.1.18:8000/metrics"]
+
+
+def test_the_kubelet_is_asked_at_node_ip_with_the_token_and_verified_against_the_cluster_ca(tmp_path):
+    ca, cert, key = _pki(tmp_path, "cluster")
+    token = tmp_path / "token"
+    token.write_text("sa-token\n")
+    kubelet = FakeKubelet("sa-token", cert, key)
+    try:
+        # what the DaemonSet gives it: NODE_IP from status.hostIP (the port is the stand-in's)
+        env = {"KVSCOPE_KUBELET_URL": f"https://127.0.0.1:{kubelet.port}/pods"}
+        found = KubernetesDiscovery.kubelet(env, token_file=token, ca_file=ca).discover()
+        assert found == KUBELET_TARGETS
+        assert kubelet.requests[-1] == ("/pods", "Bearer sa-token")
+    finally:
+        kubelet.close()
+
+
+def test_a_self_signed_kubelet_is_refused_unless_the_user_says_skip_verify(tmp_path):
+    cluster_ca, _, _ = _pki(tmp_path, "cluster")
+    _, self_signed, key = _pki(tmp_path, "kubelet-own")  # not signed by the cluster CA
+    token = tmp_path / "token"
+    token.write_text("sa-token")
+    kubelet = FakeKubelet("sa-token", self_signed, key)
+    env = {"KVSCOPE_KUBELET_URL": f"https://127.0.0.1:{kubelet.port}/pods"}
+    try:
+        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            KubernetesDiscovery.kubelet(env, token_file=token, ca_file=cluster_ca).discover()
+        insecure = KubernetesDiscovery.kubelet(env, token_file=token, ca_file=cluster_ca, insecure_skip_verify=True)
+        assert insecure.discover() == KUBELET_TARGETS
+    finally:
+        kubelet.close()
+
+
+def test_the_exporter_takes_the_skip_verify_setting_to_its_kubelet_discovery(monkeypatch):
+    from exporter.config import ExportConfig, _discovery
+
+    monkeypatch.setenv("NODE_IP", "10.0.0.20")
+    config = ExportConfig.model_validate({"discover": ["kubelet"], "kubelet_insecure_skip_verify": True})
+    collector = _discovery(config, lambda: [])
+    (method,) = collector.methods
+    assert method.url == "https://10.0.0.20:10250/pods" and method.insecure_skip_verify
