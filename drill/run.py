@@ -340,8 +340,8 @@ def _segment(
     args: list[str],
 ) -> Segment:
     assert calibrating.calibration is not None
-    rate = calibrating.calibration.rate
-    phases = scenario.phases(rate, options.duration)
+    calibration = calibrating.calibration
+    phases = scenario.phases(calibration.rate, options.duration, calibration.latency_scale)
     driver = Driver(st.serve.base_url, _served_model(st.serve.base_url), seed=11)
     alerts = observe.AlertLog()
     monitor = Monitor(console, st, driver, profile, alerts)

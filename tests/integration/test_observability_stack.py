@@ -1,6 +1,7 @@
 """The whole observability path: `kvscope serve` -> `kvscope export --gpu emulated` -> a real
 Prometheus loaded with the generated rules. After a short load every query of the overview
-and GPU fleet dashboards returns data, and injected faults fire their alerts."""
+and GPU fleet dashboards returns data, and injected faults fire their alerts: with the GPU
+series in dcgm-exporter 4.8's names and in 4.10's (renamed, in base units)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ from tests.waiting import eventually
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def stack(kvscope, tmp_path_factory) -> Iterator[tuple[ServerProcess, PrometheusClient]]:
+@pytest.fixture(scope="module", params=["4.8", "4.10"], ids=lambda shape: f"dcgm-{shape}")
+def stack(kvscope, tmp_path_factory, request) -> Iterator[tuple[ServerProcess, PrometheusClient]]:
     work = tmp_path_factory.mktemp("stack")
     port = free_port()
     args = (
@@ -37,6 +38,8 @@ def stack(kvscope, tmp_path_factory) -> Iterator[tuple[ServerProcess, Prometheus
         kvscope.base_url + "/metrics",
         "--collect-interval",
         "1",
+        "--dcgm-names",
+        request.param,
     )
     exporter = kvscope_exporter(work / "export.log", *args, port=port)
     rules = alert_build.ALERTS_DIR / alert_build.RULES_FILE
