@@ -18,7 +18,7 @@ from serving.bodies import bounded_fields, int_field
 from serving.errors import Rejection
 from serving.gateway_config import GatewayConfig, Tier
 from serving.pooling_prompts import POOLING_SHAPES, output_per_prompt
-from serving.quota import TenantQuotas, TokenBucket
+from serving.quota import Taken, TenantQuotas, over_a_minute, refusal, take_both
 from serving.routes import Shape
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # vLLM's and OpenAI's default for /v1/completions
@@ -186,68 +186,25 @@ class AdmissionPolicy:
             )
 
     def _take_quota(self, tenant: str, tier_name: str, tier: Tier, tokens: int) -> None:
+        if tier.tokens_per_minute is not None and (too_big := over_a_minute(tenant, tier.tokens_per_minute, tokens)):
+            raise too_big
         if self.config.quota_backend is not None:  # shared buckets: the gateway reserves (serving/quota_redis.py)
-            if tier.tokens_per_minute is not None:
-                self._within_budget(tenant, tier.tokens_per_minute, tokens)
             return
-        requests = self._take_request(tenant, tier)
-        try:
-            self._take_tokens(tenant, tier_name, tier, tokens)
-        except Rejection:
-            if requests is not None:
-                requests.refund(1)  # a refused request does not count against the request budget
-            raise
-
-    def _take_request(self, tenant: str, tier: Tier) -> TokenBucket | None:
-        if tier.requests_per_minute is None:
-            return None
-        bucket = self.request_quotas.bucket(tenant, tier.requests_per_minute)
-        if not bucket.try_take(1):
-            wait = bucket.seconds_until(1)
-            raise Rejection(
-                429,
-                "request_quota_exhausted",
-                f"tenant '{tenant}' is over its request budget of {bucket.per_minute} per minute; "
-                f"retry in {math.ceil(wait)} s",
-                headers={"retry-after": str(max(1, math.ceil(wait))), **bucket.headers("requests")},
-            )
-        return bucket
+        requests = tier.requests_per_minute
+        budget = tier.tokens_per_minute
+        taken = take_both(
+            None if requests is None else self.request_quotas.bucket(tenant, requests),
+            None if budget is None else self.quotas.bucket(tenant, budget),
+            tokens,
+        )
+        if (refused := refusal(tenant, tokens, taken, self.rate_headers(tenant, tier_name))) is not None:
+            raise refused
 
     def rate_headers(self, tenant: str, tier_name: str) -> dict[str, str]:
         """OpenAI's x-ratelimit-* headers for the tenant's buckets (tokens, requests)."""
         tier = self.config.tiers[tier_name]
-        headers: dict[str, str] = {}
         tokens = self.quotas.get(tenant) if tier.tokens_per_minute is not None else None
-        if tokens is not None:
-            headers |= tokens.headers("tokens")
         requests = self.request_quotas.get(tenant) if tier.requests_per_minute is not None else None
-        if requests is not None:
-            headers |= requests.headers("requests")
-        return headers
-
-    def _take_tokens(self, tenant: str, tier_name: str, tier: Tier, tokens: int) -> None:
-        if tier.tokens_per_minute is None:
-            return
-        bucket = self.quotas.bucket(tenant, tier.tokens_per_minute)
-        self._within_budget(tenant, bucket.per_minute, tokens)
-        if not bucket.try_take(tokens):
-            wait = bucket.seconds_until(tokens)
-            left = bucket.available()
-            raise Rejection(
-                429,
-                "quota_exhausted",
-                f"tenant '{tenant}' is over its token budget: the request needs {tokens} tokens, "
-                f"{left} of {bucket.per_minute} per minute are left (short by {tokens - left}); "
-                f"retry in {math.ceil(wait)} s",
-                headers={"retry-after": str(max(1, math.ceil(wait))), **self.rate_headers(tenant, tier_name)},
-            )
-
-    def _within_budget(self, tenant: str, per_minute: int, tokens: int) -> None:
-        """A request larger than a whole minute's budget can never be admitted: a 413, not a 429."""
-        if tokens > per_minute:
-            raise Rejection(
-                413,
-                "request_exceeds_quota",
-                f"the request needs {tokens} tokens, more than tenant '{tenant}' may use in a "
-                f"minute ({per_minute}): over by {tokens - per_minute}",
-            )
+        return Taken(
+            None if requests is None else requests.answer(), None if tokens is None else tokens.answer()
+        ).headers()

@@ -1,11 +1,21 @@
-"""Per-tenant token budgets: a token bucket refilled continuously up to one minute's worth."""
+"""Per-tenant budgets: token buckets refilled continuously up to one minute's worth.
+
+One quota interface, two stores: the in-process `TenantQuotas` here and the shared Redis one
+(serving/quota_redis.py). Both take a request's two buckets (requests, tokens) all or nothing
+and answer a `Taken`; `refusal` turns a refused take into the one 429 (or 413) both serve.
+"""
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Literal
+
+from serving.errors import Rejection
+
+Kind = Literal["requests", "tokens"]
 
 
 def go_duration(seconds: float) -> str:
@@ -25,6 +35,95 @@ def rate_limit_headers(unit: str, per_minute: int, left: int) -> dict[str, str]:
         f"x-ratelimit-remaining-{unit}": str(left),
         f"x-ratelimit-reset-{unit}": go_duration((per_minute - left) * 60 / per_minute),
     }
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One bucket's state after a take: whether it gave what was asked, and what it holds."""
+
+    taken: bool
+    level: float
+    per_minute: int
+
+    @property
+    def left(self) -> int:
+        return max(0, int(self.level))
+
+    def headers(self, unit: str) -> dict[str, str]:
+        return rate_limit_headers(unit, self.per_minute, self.left)
+
+    def seconds_until(self, tokens: int) -> float:
+        """How long until `tokens` are available (inf if more than the bucket holds)."""
+        if tokens > self.per_minute:
+            return math.inf
+        return max(0.0, (tokens - self.level) * 60 / self.per_minute)
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A request's take from its buckets (None: the tier sets no such budget), all or nothing:
+    each answer's `taken` says whether that bucket held enough; `refused` names the first that
+    did not, and then neither bucket gave."""
+
+    requests: Answer | None
+    tokens: Answer | None
+
+    @property
+    def refused(self) -> Kind | None:
+        if self.requests is not None and not self.requests.taken:
+            return "requests"
+        if self.tokens is not None and not self.tokens.taken:
+            return "tokens"
+        return None
+
+    def headers(self) -> dict[str, str]:
+        """OpenAI's x-ratelimit-* headers for the buckets the take read."""
+        headers: dict[str, str] = {}
+        if self.tokens is not None:
+            headers |= self.tokens.headers("tokens")
+        if self.requests is not None:
+            headers |= self.requests.headers("requests")
+        return headers
+
+
+def over_a_minute(tenant: str, per_minute: int, tokens: int) -> Rejection | None:
+    """A request larger than a whole minute's budget can never be admitted: a 413, not a 429."""
+    if tokens <= per_minute:
+        return None
+    return Rejection(
+        413,
+        "request_exceeds_quota",
+        f"the request needs {tokens} tokens, more than tenant '{tenant}' may use in a "
+        f"minute ({per_minute}): over by {tokens - per_minute}",
+    )
+
+
+def refusal(tenant: str, tokens: int, taken: Taken, headers: Mapping[str, str] | None = None) -> Rejection | None:
+    """The 429 for a refused take (None when it was admitted), with retry-after and the
+    x-ratelimit headers (`headers`, else the take's own)."""
+    kind = taken.refused
+    rate = dict(taken.headers() if headers is None else headers)
+    if kind == "requests" and taken.requests is not None:
+        answer = taken.requests
+        wait = math.ceil(answer.seconds_until(1))
+        return Rejection(
+            429,
+            "request_quota_exhausted",
+            f"tenant '{tenant}' is over its request budget of {answer.per_minute} per minute; retry in {wait} s",
+            headers={"retry-after": str(max(1, wait)), **rate},
+        )
+    if kind == "tokens" and taken.tokens is not None:
+        answer = taken.tokens
+        wait = math.ceil(answer.seconds_until(tokens))
+        return Rejection(
+            429,
+            "quota_exhausted",
+            f"tenant '{tenant}' is over its token budget: the request needs {tokens} tokens, "
+            f"{answer.left} of {answer.per_minute} per minute are left (short by {tokens - answer.left}); "
+            f"retry in {wait} s",
+            headers={"retry-after": str(max(1, wait)), **rate},
+        )
+    return None
 
 
 @dataclass
@@ -69,16 +168,31 @@ class TokenBucket:
         self._refill()
         self.level = min(self.per_minute, self.level + max(0, tokens))
 
+    def answer(self, taken: bool = True) -> Answer:
+        self._refill()
+        return Answer(taken, self.level, self.per_minute)
+
     def headers(self, unit: str = "tokens") -> dict[str, str]:
         """OpenAI's x-ratelimit-*-<unit> headers: the budget, what is left, when it is full again."""
-        return rate_limit_headers(unit, self.per_minute, self.available())
+        return self.answer().headers(unit)
 
     def seconds_until(self, tokens: int) -> float:
         """How long until `tokens` are available (inf if more than the bucket holds)."""
-        if tokens > self.per_minute:
-            return math.inf
-        self._refill()
-        return max(0.0, (tokens - self.level) * 60 / self.per_minute)
+        return self.answer().seconds_until(tokens)
+
+
+def take_both(requests: TokenBucket | None, tokens: TokenBucket | None, n: int) -> Taken:
+    """One request and `n` tokens, all or nothing (what the Redis script does in one step)."""
+    needs = ((requests, 1), (tokens, n))
+    short = next((bucket for bucket, want in needs if bucket is not None and want > bucket.answer().level), None)
+    if short is None:
+        for bucket, want in needs:
+            if bucket is not None:
+                bucket.try_take(want)
+    return Taken(
+        None if requests is None else requests.answer(short is not requests),
+        None if tokens is None else tokens.answer(short is not tokens),
+    )
 
 
 class TenantQuotas:

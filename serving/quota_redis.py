@@ -1,8 +1,9 @@
 """Token buckets shared by every gateway replica, kept in Redis (`quota_backend: redis://...`).
 
-One Lua script refills a bucket by the time elapsed on Redis' own clock (`TIME`: the replicas'
-clocks never meet) and takes, charges or refunds tokens in the same atomic step, so N replicas
-enforce one budget. Keys are `<quota_key_prefix>:<tenant>:<kind>` (tenants come from the
+One Lua script refills a request's buckets by the time elapsed on Redis' own clock (`TIME`: the
+replicas' clocks never meet) and takes the request and its tokens all or nothing (or charges or
+refunds tokens) in the same atomic step and one round trip, so N replicas enforce one budget.
+The refusals are serving.quota's, the same as the in-process store's. Keys are `<quota_key_prefix>:<tenant>:<kind>` (tenants come from the
 config, never from clients) and expire after KEY_TTL_SECONDS idle: a bucket idle for a minute
 is full again, which is what a missing key means.
 
@@ -29,67 +30,60 @@ from urllib.parse import urlsplit, urlunsplit
 
 from serving.errors import Rejection
 from serving.gateway_config import QUOTA_PASSWORD_ENV, GatewayConfig, Tier
-from serving.quota import rate_limit_headers
+from serving.quota import Answer, Kind, Taken, refusal
 
 log = logging.getLogger("kvscope.serve")
 
 KEY_TTL_SECONDS = 120  # twice the time an empty bucket takes to fill
 MAX_CONNECTIONS = 64  # per gateway process; a call holds one for a round trip
-Kind = Literal["tokens", "requests"]
 Op = Literal["take", "charge", "refund", "peek"]
 
-# KEYS[1]: the bucket. ARGV: per_minute, tokens, op, ttl seconds. Returns {taken 0|1, level}.
-# take: all or nothing; charge: as much as is left (output past what was reserved); refund:
-# back up to the cap; peek: refill only. Numbers go back as strings: Redis truncates Lua
-# numbers to integers, and the level is fractional.
+# KEYS: the buckets. ARGV: op, ttl seconds, then per key its per_minute and tokens. Returns
+# {given 0|1, level} per key. take: all or nothing over every key (a request and its tokens;
+# a key short of what it is asked gives 0 and then no key gives); charge: as much as is left
+# (output past what was reserved); refund: back up to the cap; peek: refill only. Levels go
+# back as strings: Redis truncates Lua numbers to integers, and the level is fractional.
 SCRIPT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local cap = tonumber(ARGV[1])
-local n = math.max(0, tonumber(ARGV[2]))
-local op = ARGV[3]
-local state = redis.call('HMGET', KEYS[1], 'level', 'stamp')
-local level = tonumber(state[1])
-local stamp = tonumber(state[2])
-if level == nil or stamp == nil then
-  level, stamp = cap, now
+local op = ARGV[1]
+local levels, caps, wants, enough = {}, {}, {}, {}
+local all = true
+for i, key in ipairs(KEYS) do
+  local cap = tonumber(ARGV[2 * i + 1])
+  local n = math.max(0, tonumber(ARGV[2 * i + 2]))
+  local state = redis.call('HMGET', key, 'level', 'stamp')
+  local level = tonumber(state[1])
+  local stamp = tonumber(state[2])
+  if level == nil or stamp == nil then
+    level, stamp = cap, now
+  end
+  if now > stamp then
+    level = level + (now - stamp) * cap / 60000000
+  end
+  if level > cap then level = cap end
+  levels[i], caps[i], wants[i] = level, cap, n
+  enough[i] = n <= level
+  if not enough[i] then all = false end
 end
-if now > stamp then
-  level = level + (now - stamp) * cap / 60000000
+local reply = {}
+for i, key in ipairs(KEYS) do
+  local level, n = levels[i], wants[i]
+  if op == 'take' and all then
+    level = level - n
+  elseif op == 'charge' then
+    level = level - math.min(n, math.max(0, level))
+  elseif op == 'refund' then
+    level = math.min(caps[i], level + n)
+  end
+  redis.call('HSET', key, 'level', string.format('%.17g', level), 'stamp', string.format('%.17g', now))
+  redis.call('EXPIRE', key, tonumber(ARGV[2]))
+  reply[2 * i - 1] = (op ~= 'take' or enough[i]) and 1 or 0
+  reply[2 * i] = string.format('%.17g', level)
 end
-if level > cap then level = cap end
-local taken = 1
-if op == 'take' then
-  if n > level then taken = 0 else level = level - n end
-elseif op == 'charge' then
-  level = level - math.min(n, math.max(0, level))
-elseif op == 'refund' then
-  level = math.min(cap, level + n)
-end
-redis.call('HSET', KEYS[1], 'level', string.format('%.17g', level), 'stamp', string.format('%.17g', now))
-redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4]))
-return {taken, string.format('%.17g', level)}
+return reply
 """
 SCRIPT_SHA = hashlib.sha1(SCRIPT.encode()).hexdigest()  # Redis names scripts by their SHA-1
-
-
-@dataclass(frozen=True)
-class Answer:
-    """The script's answer for one bucket: whether the tokens were taken, and what is left."""
-
-    taken: bool
-    level: float
-    per_minute: int
-
-    @property
-    def left(self) -> int:
-        return max(0, int(self.level))
-
-    def headers(self, unit: str) -> dict[str, str]:
-        return rate_limit_headers(unit, self.per_minute, self.left)
-
-    def seconds_until(self, tokens: int) -> float:
-        return max(0.0, (tokens - self.level) * 60 / self.per_minute)
 
 
 @dataclass(frozen=True)
@@ -182,24 +176,35 @@ class SharedQuotas:
 
     async def call(self, tenant: str, kind: Kind, per_minute: int, tokens: int, op: Op) -> Answer | None:
         """Run the script on one bucket; None when the backend failed (counted, logged once)."""
+        answers = await self.run(tenant, ((kind, per_minute, tokens),), op)
+        return None if answers is None else answers[0]
+
+    async def run(self, tenant: str, buckets: tuple[tuple[Kind, int, int], ...], op: Op) -> tuple[Answer, ...] | None:
+        """Run the script over the tenant's `buckets` (kind, per_minute, tokens) in one atomic
+        step; None when the backend failed (counted, logged once)."""
         import redis.exceptions as rexc
 
         self._loop = asyncio.get_running_loop()
-        keys_args = (self.key(tenant, kind), per_minute, tokens, op, KEY_TTL_SECONDS)
+        keys = [self.key(tenant, kind) for kind, _, _ in buckets]
+        args = [op, KEY_TTL_SECONDS, *(x for _, per_minute, tokens in buckets for x in (per_minute, tokens))]
         try:
             async with asyncio.timeout(self.timeout):
                 client = self._redis()
                 try:
-                    reply = await client.evalsha(SCRIPT_SHA, 1, *keys_args)
+                    reply = await client.evalsha(SCRIPT_SHA, len(keys), *keys, *args)
                 except rexc.NoScriptError:  # new, restarted or flushed Redis: EVAL runs and caches it
-                    reply = await client.eval(SCRIPT, 1, *keys_args)
+                    reply = await client.eval(SCRIPT, len(keys), *keys, *args)
         except (TimeoutError, rexc.RedisError, OSError) as exc:
             self._failed(exc)
             return None
         self._recovered()
-        answer = Answer(bool(int(reply[0])), float(reply[1]), per_minute)
-        self._last[tenant, kind] = answer
-        return answer
+        answers = tuple(
+            Answer(bool(int(reply[2 * i])), float(reply[2 * i + 1]), per_minute)
+            for i, (_, per_minute, _) in enumerate(buckets)
+        )
+        for (kind, _, _), answer in zip(buckets, answers, strict=True):
+            self._last[tenant, kind] = answer
+        return answers
 
     def _failed(self, exc: BaseException) -> None:
         reason = _reason(exc)
@@ -238,39 +243,22 @@ class SharedQuotas:
         )
 
     async def reserve(self, tenant: str, tier_name: str, tokens: int) -> Reservation:
-        """Take one request and `tokens` from the tenant's shared buckets, or refuse (429, 503)."""
+        """Take one request and `tokens` from the tenant's shared buckets in one step, all or
+        nothing, or refuse (429, 503)."""
         tier = self.config.tiers[tier_name]
-        unheld = Reservation(tenant, tier_name, held=False)
-        rpm, tpm = tier.requests_per_minute, tier.tokens_per_minute
-        if rpm is not None:
-            answer = await self.call(tenant, "requests", rpm, 1, "take")
-            if answer is None:
-                return self._unavailable() or unheld
-            if not answer.taken:
-                wait = answer.seconds_until(1)
-                raise Rejection(
-                    429,
-                    "request_quota_exhausted",
-                    f"tenant '{tenant}' is over its request budget of {rpm} per minute; retry in {math.ceil(wait)} s",
-                    headers={"retry-after": str(max(1, math.ceil(wait))), **answer.headers("requests")},
-                )
-        if tpm is not None:
-            answer = await self.call(tenant, "tokens", tpm, tokens, "take")
-            if (answer is None or not answer.taken) and rpm is not None:
-                # a refused request does not count against the request budget
-                await self.call(tenant, "requests", rpm, 1, "refund")
-            if answer is None:
-                return self._unavailable() or unheld
-            if not answer.taken:
-                wait = answer.seconds_until(tokens)
-                raise Rejection(
-                    429,
-                    "quota_exhausted",
-                    f"tenant '{tenant}' is over its token budget: the request needs {tokens} tokens, "
-                    f"{answer.left} of {tpm} per minute are left (short by {tokens - answer.left}); "
-                    f"retry in {math.ceil(wait)} s",
-                    headers={"retry-after": str(max(1, math.ceil(wait))), **self.headers(tenant, tier_name)},
-                )
+        wanted: tuple[tuple[Kind, int | None, int], ...] = (
+            ("requests", tier.requests_per_minute, 1),
+            ("tokens", tier.tokens_per_minute, tokens),
+        )
+        buckets = tuple((kind, per_minute, n) for kind, per_minute, n in wanted if per_minute is not None)
+        if not buckets:
+            return Reservation(tenant, tier_name, held=True)
+        answers = await self.run(tenant, buckets, "take")
+        if answers is None:
+            return self._unavailable() or Reservation(tenant, tier_name, held=False)
+        by_kind = {kind: answer for (kind, _, _), answer in zip(buckets, answers, strict=True)}
+        if (refused := refusal(tenant, tokens, Taken(by_kind.get("requests"), by_kind.get("tokens")))) is not None:
+            raise refused
         return Reservation(tenant, tier_name, held=True)
 
     def headers(self, tenant: str, tier_name: str) -> dict[str, str]:

@@ -339,3 +339,33 @@ def test_a_request_the_engine_refuses_is_refunded_in_the_shared_bucket(server):
     assert asyncio.run(go()).status_code == 400
     level = float(redis.Redis(port=server.port).hget("kvscope:quota:acme:tokens", "level") or 0)
     assert level == 300
+
+
+@pytest.mark.parametrize("store", ["in-process", "redis"])
+def test_both_stores_take_a_request_and_its_tokens_all_or_nothing(server, store):
+    """One interface, two stores: the same takes give the same answers, refusals and headers."""
+    url = server.url if store == "redis" else None
+    config = _config(url or "redis://unused", tokens_per_minute=100, tier={"requests_per_minute": 3})
+    if url is None:
+        config = config.model_copy(update={"quota_backend": None})
+    gateway = _gateway(config, ServingMetrics(CollectorRegistry()))
+
+    async def post(max_tokens: int) -> httpx.Response:
+        transport = httpx.ASGITransport(app=gateway)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+            body = {"model": "m", "prompt": "zaba kelo", "max_tokens": max_tokens}
+            return await client.post("/v1/completions", json=body, headers={"authorization": f"Bearer {KEY}"})
+
+    assert asyncio.run(post(58)).status_code == 200  # 60 of 100 tokens, 1 of 3 requests
+    short = asyncio.run(post(58))  # 60 more tokens: refused, and the request is not counted
+    assert short.status_code == 429 and short.json()["error"]["code"] == "quota_exhausted"
+    assert "needs 60 tokens" in short.json()["error"]["message"]
+    assert short.headers["x-ratelimit-remaining-requests"] == "2"
+    assert int(short.headers["retry-after"]) >= 1
+    codes = [asyncio.run(post(8)).status_code for _ in range(3)]  # 10 tokens each; 2 requests left
+    assert codes == [200, 200, 429], codes
+    over = asyncio.run(post(8))
+    assert over.json()["error"]["code"] == "request_quota_exhausted"
+    assert "request budget of 3 per minute" in over.json()["error"]["message"]
+    too_big = asyncio.run(post(200))
+    assert too_big.status_code == 413 and too_big.json()["error"]["code"] == "request_exceeds_quota"
