@@ -82,19 +82,44 @@ def _dcgm_csv(path: Path) -> dict[str, bool]:
     return out
 
 
+CARRIED_ETC = Path(__file__).parent.parent / "data" / "dcgm-exporter"  # SOURCES.md there
+
+
+def _etc() -> Path:
+    """dcgm-exporter's etc/: $DCGM_EXPORTER_ETC (a checkout), else the copies the suite carries."""
+    return Path(os.environ.get("DCGM_EXPORTER_ETC") or CARRIED_ETC)
+
+
 def test_dcgm_exporter_field_lists_are_catalogued() -> None:
     known = {n for s in catalog.all_signals() if s.source is Source.DCGM for n in s.every_name}
     listed = [s for group in catalog.DCGM_EXPORTER_FIELDS.values() for s in group]
     assert all(s.source is Source.DCGM for s in listed)
     assert len({s.name for s in listed}) == len(listed), "a field is in two lists"
     assert {s.name for s in listed} <= known
-    etc = os.environ.get("DCGM_EXPORTER_ETC")
-    if not etc:
-        pytest.skip("set DCGM_EXPORTER_ETC to a dcgm-exporter checkout's etc/ to compare with its CSV files")
-    fields = _dcgm_csv(Path(etc) / "default-counters.csv")
     enabled = {s.name for s in catalog.DCGM_EXPORTER_FIELDS["enabled"]}
-    assert {f for f, on in fields.items() if on} <= enabled | {s.name for s in catalog.DCGM_EXPORTER_FIELDS["opt_in"]}
-    assert set(fields) <= known, sorted(set(fields) - known)
+    opt_in = {s.name for s in catalog.DCGM_EXPORTER_FIELDS["opt_in"]}
+    for csv in ("default-counters.csv", "dcp-metrics-included.csv"):
+        fields = _dcgm_csv(_etc() / csv)
+        assert len(fields) > 20, f"{csv}: only {len(fields)} fields read"
+        assert set(fields) <= known, (csv, sorted(set(fields) - known))
+        if os.environ.get("DCGM_EXPORTER_ETC"):  # a checkout of DCGM_EXPORTER_RELEASE: the same split
+            assert {f for f, on in fields.items() if on} <= enabled | opt_in
+
+
+@pytest.mark.parametrize("shape", catalog.DCGM_SHAPES)
+def test_every_listed_field_reads_in_every_shape_with_its_unit(shape: str) -> None:
+    """The 4.9/4.10 lists are the carried ones with each field renamed as its release did (no copy
+    of those releases' CSV is reachable here): each name is catalogued and a rename in another
+    unit carries the factor back to the catalog's unit."""
+    for csv in ("default-counters.csv", "dcp-metrics-included.csv"):
+        for field in _dcgm_csv(_etc() / csv):
+            name, factor = catalog.dcgm_shape(field, shape)
+            assert catalog.measurement_of(name) == field, (shape, field, name)
+            signal = next(s for s in catalog.all_signals() if s.name == field)
+            if name != field:
+                assert name in signal.every_name
+                scale = signal.scale_of(name)
+                assert scale is not None and scale * factor == pytest.approx(1.0), (field, name, scale, factor)
 
 
 def test_the_csv_reader_tells_enabled_from_commented_lines(tmp_path: Path) -> None:
