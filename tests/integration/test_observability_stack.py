@@ -65,8 +65,8 @@ def load(kvscope) -> None:
     )  # one rejection for the gateway panels
 
 
-# panels about MIG instances: this stack's emulated GPUs are whole cards (the MIG series are
-# tested in tests/unit/test_emulated.py and tests/integration/test_exporter.py)
+# panels about MIG instances: this stack's emulated GPUs are whole cards; they are queried
+# against an exporter of MIG-partitioned GPUs below
 MIG_ONLY = ("Memory used per MIG instance", "MIG layout")
 
 
@@ -116,3 +116,27 @@ def test_an_injected_xid_fires_its_alert(stack):
     assert firing[0]["labels"]["gpu"] == "1" and firing[0]["labels"]["xid"] == "79"
     assert "kvscope diagnose --prometheus" in firing[0]["annotations"]["description"]
     assert firing[0]["annotations"]["runbook_url"].endswith("#gpuxiddrainnode")
+
+
+@pytest.mark.parametrize("shape", ["4.8", "4.10"])
+def test_the_mig_panels_return_data_on_mig_partitioned_gpus(tmp_path, shape):
+    port = free_port()
+    args = ("--gpu", "emulated", "--emulated-gpus", "1", "--emulated-mig", "3g.40gb,1g.10gb")
+    exporter = kvscope_exporter(
+        tmp_path / "export.log", *args, "--collect-interval", "1", "--dcgm-names", shape, port=port
+    )
+    with running(exporter, ready_path="/-/healthy", timeout=60):
+        prom = prometheus_server.start(tmp_path / "prometheus", {"kvscope": [f"127.0.0.1:{port}"]}, interval="1s")
+        with running(prom, ready_path="/-/ready", timeout=60):
+            api = PrometheusClient(prom.base_url)
+            api.wait_for_scrapes("kvscope")
+            mig = [(title, expr) for title, expr in queries("gpu-fleet") if title in MIG_ONLY]
+            assert {title for title, _ in mig} == set(MIG_ONLY)
+
+            def results() -> dict[str, list]:
+                return {title: api.query(expr) for title, expr in mig}
+
+            answered = eventually(lambda: (r := results()) and all(r.values()) and r, 60, what="MIG panels' data")
+            profiles = {labels.get("GPU_I_PROFILE") for rows in answered.values() for labels, _ in rows}
+            assert {"3g.40gb", "1g.10gb"} <= profiles, answered
+            api.close()
