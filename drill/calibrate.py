@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from drill.drill_config import latency_scale
@@ -32,6 +32,11 @@ MIN_SECONDS = 6.0  # rounds follow one another until the probe has run this long
 MAX_ROUNDS = 4  # ... at most this many
 WARM_UP = 4  # short requests before the round (first-request compilation, caches)
 POOL_HEADROOM = 0.6  # the expected baseline peak may take this share of the pool at most
+# a scenario's bursts of very long prompts take this share of the engine's time at most: a long
+# prompt's prefill grows faster than the short mix's cost from one machine to the next (attention
+# over 12K tokens), so it is timed on the engine itself; 0.4 reproduces the reference machine's
+# 3 prompts every 15 s, and with the scenario's base load the engine keeps spare time between them
+BURST_SHARE = 0.4
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,7 @@ class Probe:
     prompt_tokens: int
     generated_tokens: int
     latency_s: dict[str, float]  # mean latency per class at IN_FLIGHT requests in flight
+    burst_prompt_s: float | None = None  # one of the scenario's very long prompts, alone, to its first token
 
     @property
     def capacity_rps(self) -> float:
@@ -73,6 +79,15 @@ class Calibration:
     probe_seconds: float | None = None
     probed_profile: str | None = None
     latency_scale: float = 1.0  # the drill's latency limits are this much looser (drill_config.py)
+    burst_prompt_s: float | None = None  # measured: one burst prompt's prefill, alone
+
+    def burst_every(self, count: int, reference: float) -> float:
+        """Seconds between the scenario's bursts of `count` long prompts: the reference spacing,
+        or wider so that the bursts take BURST_SHARE of the engine's time at most (measured; with
+        --rate, the latency scale's guess)."""
+        if self.burst_prompt_s is None:
+            return reference * max(self.latency_scale, 1.0)
+        return max(reference, count * self.burst_prompt_s / BURST_SHARE)
 
     def line(self) -> str:
         """The one line a user reads before the traffic starts."""
@@ -83,6 +98,8 @@ class Calibration:
                 f"({self.prefill_tps:,.0f} prompt tok/s, {self.decode_tps:,.0f} generated tok/s at "
                 f"{IN_FLIGHT} in flight; {self.probe_seconds:.0f} s probe on the {self.probed_profile} profile)"
             )
+        if self.burst_prompt_s is not None:
+            parts.append(f"one burst prompt alone takes {self.burst_prompt_s:.1f} s to its first token")
         if self.rate_from == "calibrated" and self.load is not None:
             parts.append(f"the drill sends {self.rate:.2f} req/s ({self.load:.0%} of that)")
         else:
@@ -98,8 +115,11 @@ class Calibration:
         return asdict(self)
 
 
-async def probe(base_url: str, model: str, mix: Mix, api_key: str = "drill", seed: int = 7) -> Probe:
-    """Closed-loop rounds of the mix at IN_FLIGHT requests in flight (see MIN_SECONDS)."""
+async def probe(
+    base_url: str, model: str, mix: Mix, api_key: str = "drill", seed: int = 7, burst_tokens: int | None = None
+) -> Probe:
+    """Closed-loop rounds of the mix at IN_FLIGHT requests in flight (see MIN_SECONDS); then, for
+    a scenario with bursts, one of its `burst_tokens`-token prompts alone, timed to its first token."""
     client = openai_client(base_url.rstrip("/") + "/v1", api_key, timeout=600.0)
     prompts = Prompts(seed)
     phase = Phase("probe", 0.0, 0.0, mix)
@@ -135,11 +155,19 @@ async def probe(base_url: str, model: str, mix: Mix, api_key: str = "drill", see
             started = time.perf_counter()
             await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
             seconds += time.perf_counter() - started
+        burst_s = None
+        if burst_tokens:
+            long_phase = Phase("probe", 0.0, 0.0, replace(mix, long_tokens=burst_tokens))
+            started = time.perf_counter()
+            await client.completions.create(
+                model=model, prompt=prompts.make(long_phase, "long"), max_tokens=1, temperature=0.0
+            )
+            burst_s = time.perf_counter() - started
     finally:
         await client.close()
     prompt_tokens = sum(sizes[k] + mix.shared_prefix_tokens for k in classes)
     means = {k: sum(v) / len(v) for k, v in latencies.items() if v}
-    return Probe(len(classes), seconds, prompt_tokens, generated, means)
+    return Probe(len(classes), seconds, prompt_tokens, generated, means, burst_s)
 
 
 def expected_kv_tokens(rate: float, mix: Mix, measured: Probe) -> tuple[float, float]:
@@ -192,4 +220,5 @@ def calibrate(
         probe_seconds=None if measured is None else measured.seconds,
         probed_profile=probed_profile if measured is not None else None,
         latency_scale=latency_scale(None if measured is None else measured.capacity_rps),
+        burst_prompt_s=None if measured is None else measured.burst_prompt_s,
     )

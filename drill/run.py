@@ -125,7 +125,8 @@ class Calibrating:
             measured = None
             if options.rate is None:
                 self.console.print(f"calibrating: a probe of the seeds' mix on the {profile} profile ...")
-                measured = asyncio.run(probe(base_url, _served_model(base_url), SEEDS_MIX))
+                burst = scenario.after.long_tokens if scenario.bursts[0] else None
+                measured = asyncio.run(probe(base_url, _served_model(base_url), SEEDS_MIX, burst_tokens=burst))
             self.calibration = calibrate(
                 measured,
                 load=scenario.load,
@@ -341,7 +342,9 @@ def _segment(
 ) -> Segment:
     assert calibrating.calibration is not None
     calibration = calibrating.calibration
-    phases = scenario.phases(calibration.rate, options.duration, calibration.latency_scale)
+    count, every = scenario.bursts
+    spacing = calibration.burst_every(count, every) if count else None
+    phases = scenario.phases(calibration.rate, options.duration, spacing)
     driver = Driver(st.serve.base_url, _served_model(st.serve.base_url), seed=11)
     alerts = observe.AlertLog()
     monitor = Monitor(console, st, driver, profile, alerts)

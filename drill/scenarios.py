@@ -38,15 +38,14 @@ class Scenario:
     # must say with it; None: the scenario changes no load (a fault)
     trigger: tuple[str, str] | None = None
 
-    def phases(self, rate: float, duration: float | None = None, slowness: float = 1.0) -> list[Phase]:
-        """The traffic at `rate`; on an engine `slowness` times slower than the reference the
-        bursts come that much less often, so they take the same share of its time (a long
-        prefill takes `slowness` times longer there: bursts every 15 s would saturate it)."""
+    def phases(self, rate: float, duration: float | None = None, burst_every: float | None = None) -> list[Phase]:
+        """The traffic at `rate`; the bursts `burst_every` seconds apart (calibrate.py: as far
+        apart as this engine needs to keep spare time between them; None: the reference's)."""
         total = duration or self.duration
         before = round(total * self.before_share, 1)
         after = round(total - before, 1)
         count, every = self.bursts
-        every *= max(slowness, 1.0)
+        every = burst_every or every
         forced = tuple((t + 0.5 + 0.1 * i, "long") for t in _every(every, after) for i in range(count))
         return [
             Phase("before", before, rate, self.before, system_prompt_seed=1 if self.shared_prompt else None),

@@ -4,13 +4,14 @@ baseline was not healthy or the trigger was not named."""
 
 from __future__ import annotations
 
+from dataclasses import replace as with_
 from pathlib import Path
 
 import pytest
 import yaml
 
 from drill import drill_config, scenarios
-from drill.calibrate import Probe, calibrate, expected_kv_tokens
+from drill.calibrate import BURST_SHARE, Probe, calibrate, expected_kv_tokens
 from drill.observe import AlertLog, Fired, Series
 from drill.results import ProfileRun
 from drill.run import missing_trigger, unhealthy_baseline
@@ -131,3 +132,19 @@ def test_the_scenarios_trigger_must_be_named():
     assert line is not None and "named request_rate, not the change (prompt_tokens_mean" in line
     assert "named no trigger" in (missing_trigger(kv, {"summary": "", "incidents": [{}]}) or "")
     assert missing_trigger(scenarios.get("gpu-xid"), {"summary": ""}) is None  # a fault has none
+
+
+def test_bursts_come_as_far_apart_as_the_engine_needs():
+    hol = scenarios.get("prefill-hol")
+    count, every = hol.bursts
+    probe = Probe(100, 4.0, 34_800, 3200, {"short": 1.0}, burst_prompt_s=2.0)
+    fast = calibrate(probe, load=hol.load, mix=SEEDS_MIX, pool_tokens=None)
+    slow = calibrate(with_(probe, burst_prompt_s=5.0), load=hol.load, mix=SEEDS_MIX, pool_tokens=None)
+    assert fast.burst_every(count, every) == every  # 3 x 2 s in 15 s: the reference's spacing
+    assert slow.burst_every(count, every) == pytest.approx(count * 5.0 / BURST_SHARE)
+    assert "one burst prompt alone takes 5.0 s" in slow.line()
+    near = [t for t, _ in hol.phases(5.0, 120, fast.burst_every(count, every))[1].forced]
+    far = [t for t, _ in hol.phases(2.0, 120, slow.burst_every(count, every))[1].forced]
+    assert len(near) == 18 and len(far) == 9  # three every 15 s of 80, three every 37.5 s
+    assert far[3] - far[0] == pytest.approx(2.5 * (near[3] - near[0]))
+    assert calibrate(None, load=0.2, mix=SEEDS_MIX, pool_tokens=None, rate=2.0).burst_every(count, every) == every

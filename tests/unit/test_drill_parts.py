@@ -277,11 +277,3 @@ def test_a_report_an_older_drill_wrote_without_a_marker_is_still_its_own(tmp_pat
     with pytest.raises(ReportDirRefused):
         ReportDir(photos).claim()
     assert (photos / "default.png").read_text() == "a picture"
-
-
-def test_bursts_come_less_often_on_a_slower_engine():
-    hol = scenarios.get("prefill-hol")
-    fast = [t for t, _ in hol.phases(5.0, 120)[1].forced]
-    slow = [t for t, _ in hol.phases(2.0, 120, slowness=2.5)[1].forced]
-    assert len(fast) == 18 and len(slow) == 9  # three every 15 s of 80, three every 37.5 s
-    assert len(slow) < len(fast) and slow[3] - slow[0] == pytest.approx(2.5 * (fast[3] - fast[0]))
