@@ -35,7 +35,11 @@ def diagnose(
     at: Annotated[str | None, typer.Option(help="RFC 3339 or unix seconds (default: now).")] = None,
     window: Annotated[str, typer.Option(help="How far back to look, e.g. 15m, 1h.")] = "30m",
     recent: Annotated[
-        str, typer.Option(help="--prometheus: the end of the window compared with what came before it.")
+        str,
+        typer.Option(
+            help="--prometheus: the end of the window, compared with what came before it; an incident whose "
+            "condition did not hold in it is listed as recovered (severity info, exit code unaffected)."
+        ),
     ] = "5m",
     baseline: Annotated[
         str | None,

@@ -63,6 +63,12 @@ class Incident:
     symptoms: list[Finding] = field(default_factory=list)
     onset: float | None = None
     trigger: dict[str, object] | None = None
+    ended: float | None = None  # set when it held earlier in the window and has cleared since
+
+    @property
+    def status(self) -> str:
+        """active: its condition holds at the end of the window; recovered: it held and cleared."""
+        return "active" if self.ended is None else "recovered"
 
     @property
     def affected(self) -> list[dict[str, str]]:

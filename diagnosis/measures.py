@@ -476,6 +476,7 @@ class Measurements:
     notes: list[str] = field(default_factory=list)  # values dropped (DCGM blanks, NaN, negative)
     sources: list[dict[str, str]] = field(default_factory=list)  # {source, status, detail}
     onsets: dict[tuple[str, tuple[str, ...]], float] = field(default_factory=dict)  # (id, scopes) -> time
+    ended: dict[tuple[str, tuple[str, ...]], float] = field(default_factory=dict)  # recovered: when
 
     def get(self, name: str) -> list[Value]:
         return self.values.get(name, [])

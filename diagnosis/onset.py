@@ -1,12 +1,15 @@
-"""When an incident began, and when its trigger moved.
+"""When an incident began, whether it still holds, and when its trigger moved.
 
 Each thresholded signal of the incident's cause (up to four) is re-evaluated over a short window
 at every step from the baseline's start to `at` (one range query each); a signal's onset is the
 first step of the last run in which it was past its line (in the direction the finding needs;
 an event's run may have ended),
-and the incident's onset the latest of them: since then, all held. A trigger's time is when its
+and the incident's onset the latest of them: since then, all held. The same series say whether
+it is still there: an incident none of whose signals was past its line in the last `present`
+seconds has recovered, and ended when the last of them came back (a hardware fault stays active:
+a GPU that threw a fatal XID is not fixed by going quiet). A trigger's time is when its
 signal's trailing mean crossed the midpoint between the baseline and the window, less half the
-trailing window. Only the Prometheus source has the history; elsewhere both stay None.
+trailing window. Only the Prometheus source has the history; elsewhere all stay None (active).
 """
 
 from __future__ import annotations
@@ -30,18 +33,24 @@ MAX_SIGNALS = 4  # range queries per incident at most
 STEPS = 120  # points in the range: a 30-minute span is read every 15 s
 
 
-def find(source: PrometheusSource, incidents: list[Incident], at: float, span: float) -> None:
+# what going quiet does not fix: a GPU that threw a fatal XID or failed a row remap needs a reset
+STICKY = frozenset({"gpu_hardware_fault"})
+
+
+def find(source: PrometheusSource, incidents: list[Incident], at: float, span: float, present: float) -> None:
     """Set each incident's onset (unix seconds): the time since which every thresholded signal of
-    its cause has been past its line (the latest of their onsets)."""
+    its cause has been past its line (the latest of their onsets); and `ended` on an incident none
+    of whose signals held in the last `present` seconds (when the last of them stopped)."""
     for incident in incidents:
-        onsets = []
-        for evidence in _signals(incident):
-            onset = _onset(source, evidence, at, span)
-            if onset is None:
-                break
-            onsets.append(onset)
-        else:
-            incident.onset = max(onsets) if onsets else None
+        runs = [_run(source, evidence, at, span) for evidence in _signals(incident)]
+        known = [r for r in runs if r is not None]
+        if known and len(known) == len(runs) and all(onset is not None for onset, _ in known):
+            incident.onset = max(onset for onset, _ in known if onset is not None)
+        if not known or len(known) < len(runs) or incident.id in STICKY:
+            continue
+        stopped = [end for _, end in known]
+        if all(end is not None and end <= at - present for end in stopped):
+            incident.ended = max(end for end in stopped if end is not None)
 
 
 def _signals(incident: Incident) -> list[Evidence]:
@@ -54,7 +63,11 @@ def _signals(incident: Incident) -> list[Evidence]:
     return out[:MAX_SIGNALS]
 
 
-def _onset(source: PrometheusSource, evidence: Evidence, at: float, span: float) -> float | None:
+def _run(
+    source: PrometheusSource, evidence: Evidence, at: float, span: float
+) -> tuple[float | None, float | None] | None:
+    """(the first step of the signal's last run past its line, the step at which that run ended:
+    None while it holds at `at`); None when the signal has no history here."""
     measure = BY_NAME[evidence.measure]
     labels = {k: v for k, v in evidence.labels.items() if k in (*ENTITY_LABELS[measure.entity], *measure.by)}
     selector = source.selector & source.entity_selector[measure.entity] & Selector.of(**labels)
@@ -66,13 +79,19 @@ def _onset(source: PrometheusSource, evidence: Evidence, at: float, span: float)
     if not series or evidence.threshold is None:
         return None
     limit = evidence.threshold
-    onset, held = None, False  # the start of the last run in which it held (an event's run may end)
+    onset, ended, held = None, None, False  # the last run in which it held (an event's run may end)
     for t, v in series[0][1]:
         holds = (v > limit if limit == 0 else v >= limit) if evidence.above else v <= limit  # 0: an event
         if holds and not held:
-            onset = t
+            onset, ended = t, None
+        elif held and not holds:
+            ended = t
         held = holds
-    return onset
+    if held:
+        ended = None
+    elif onset is None:  # never past its line in the span: it says nothing about the present
+        return None
+    return onset, ended
 
 
 def change_times(

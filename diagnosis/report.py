@@ -55,6 +55,8 @@ def _incident(i: Incident) -> dict[str, Any]:
         "severity": i.severity.value,
         "confidence": i.confidence,
         "onset": _when(i.onset),
+        "status": i.status,
+        **({"ended": _when(i.ended)} if i.ended is not None else {}),
         "summary": i.summary,
         "affected": i.affected,
         "scope": [s for s in i.scopes if s],

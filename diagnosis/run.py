@@ -8,12 +8,12 @@ from pathlib import Path
 
 from diagnosis import alerts, onset
 from diagnosis.findings import INSUFFICIENT_DATA, Severity
-from diagnosis.measures import MEASURES, Entity
+from diagnosis.measures import MEASURES, Entity, Measurements
 from diagnosis.sources import SourceError
 from diagnosis.sources import bundle as bundles
 from diagnosis.sources.prometheus import RECENT, PrometheusSource
 from diagnosis.sources.scrape import ScrapeSource
-from diagnosis.verdict import Diagnosis, diagnose
+from diagnosis.verdict import PRESENT_MEASURES, Diagnosis, diagnose
 from kvscope.config import Config
 from kvscope.prometheus import PrometheusClient
 from kvscope.promql import ANY, Selector
@@ -68,20 +68,36 @@ def run(request: Request) -> Diagnosis:
         try:
             measurements = prom.fetch(MEASURES, request.at, request.window, request.baseline)
             firing = alerts.fetch(client, request.at, request.window, request.selector)
-            result = diagnose(measurements, request.at, request.window, prom.name, config, firing)
+            # the hardware's present state, judged over the end of the window alone (a GPU that
+            # throttles for the last 20 minutes of 30 must not average out)
+            present_span = min(request.recent, request.window)
+            present = None
+            if present_span < request.window:
+                present = prom.window_only(PRESENT_MEASURES, request.at, present_span)
+            result = diagnose(measurements, request.at, request.window, prom.name, config, firing, present=present)
+            recent: list[Measurements] | None = None
             todo = alerts.unexplained(firing)
             if todo:  # look again over the alerts' own window, at the time each last fired
                 times = sorted({a.last for a in todo})[-3:]
                 short = min(request.alert_window or request.recent, request.window)
                 recent = [prom.fetch(MEASURES, t, short, request.baseline) for t in times]
-                result = diagnose(measurements, request.at, request.window, prom.name, config, firing, recent)
+                result = diagnose(
+                    measurements, request.at, request.window, prom.name, config, firing, recent, present=present
+                )
             span = request.window + (request.baseline or request.window)
-            onset.find(prom, result.incidents, request.at, span)
+            onset.find(prom, result.incidents, request.at, span, present_span)
+            for incident in result.incidents:
+                key = (incident.id, tuple(sorted(incident.scopes)))
+                if incident.onset is not None:
+                    measurements.onsets[key] = incident.onset
+                if incident.ended is not None:
+                    measurements.ended[key] = incident.ended
+            if measurements.ended:  # the verdict is the active incidents' (a bundle replays the same)
+                result = diagnose(
+                    measurements, request.at, request.window, prom.name, config, firing, recent, present=present
+                )
             onset.change_times(prom, result.incidents, result.changes, request.at, span)
             onset.say_when(result)
-            for incident in result.incidents:
-                if incident.onset is not None:
-                    measurements.onsets[(incident.id, tuple(sorted(incident.scopes)))] = incident.onset
         finally:
             prom.close()
         if request.save_bundle is not None:

@@ -4,6 +4,7 @@ memory and utilisation, 4 preemption / swap frequency, 5 kernel level."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from diagnosis.alerts import Firing, explain, matches, unexplained
@@ -18,7 +19,7 @@ from diagnosis.findings import (
     describe,
 )
 from diagnosis.incidents import Incident, group
-from diagnosis.measures import BY_NAME, REQUIRED, Measurements
+from diagnosis.measures import BY_NAME, MEASURES, REQUIRED, Entity, Measurements
 from kvscope import exitcodes
 from kvscope import thresholds as t
 from kvscope.config import Config
@@ -76,13 +77,16 @@ def diagnose(
     config: Config | None = None,
     firing: list[Firing] | None = None,
     recent: list[Measurements] | None = None,
+    present: Measurements | None = None,
 ) -> Diagnosis:
     """The verdict over measurements, with the thresholds and GPU models of `config`.
 
     `firing`: the kvscope alerts that fired in the window, each then explained by an incident or
     not. `recent`: measurements over the alerts' own shorter window at the time each unexplained
     one last fired; findings there that would explain one join the verdict (an alert over 5
-    minutes can see what a 30-minute average hides)."""
+    minutes can see what a 30-minute average hides). `present`: the GPUs' measurements over the end
+    of the window alone; a hardware state found there and not over the whole window (which its
+    healthy minutes dilute) is a finding too."""
     firing = firing or []
     config = config or Config()
     missing = missing_required(m)
@@ -103,13 +107,15 @@ def diagnose(
     ctx = Context.of(m, config.thresholds, config.gpu_models)
     findings = [f for check in all_checks() for f in check(ctx)]
     findings.sort(key=lambda f: (ROOT_CAUSE_ORDER.index(f.id), -f.severity.rank, -f.confidence))
+    findings += _present_findings(present, findings, config)
     bursts = _recent_findings(recent or [], findings, firing, config)
     steps = triage(ctx, findings)
     found = changes(ctx)
     incidents = group(findings, ctx.scopes, ctx.scopes.count(), late=bursts)
     findings = findings + bursts
     for incident in incidents:
-        incident.onset = m.onsets.get((incident.id, tuple(sorted(incident.scopes))))
+        key = (incident.id, tuple(sorted(incident.scopes)))
+        incident.onset, incident.ended = m.onsets.get(key), m.ended.get(key)
         own = OWN_SIGNAL.get(incident.id)  # an incident's own signal is not its trigger
         nearby = [c for c in found if c.where in incident.scopes and c.signal != own]
         trigger = min(nearby, key=_trigger_rank) if nearby else None
@@ -138,34 +144,73 @@ def diagnose(
         notes=m.notes,
     )
     base.alerts = [a.to_dict() for a in explain(firing, incidents)]
-    loose = sorted({a.alertname for a in unexplained(firing)})
-    if not incidents:
-        base.confidence = 0.9 if ctx.gpus and ctx.engines else 0.7  # part of the stack is unchecked
-        checked = (
-            "KV cache, queue, GPUs and hardware"
-            if ctx.gpus and ctx.engines
-            else (
-                "the GPUs and their hardware (no engine series)" if ctx.gpus else "KV cache and queue (no GPU series)"
-            )
-        )
-        base.summary = f"healthy: {checked} are within their thresholds"
+    checked = (
+        "KV cache, queue, GPUs and hardware"
+        if ctx.gpus and ctx.engines
+        else ("the GPUs and their hardware (no engine series)" if ctx.gpus else "KV cache and queue (no GPU series)")
+    )
+    conclude(
+        base, sorted({a.alertname for a in unexplained(firing)}), checked, 0.9 if ctx.gpus and ctx.engines else 0.7
+    )
+    return base
+
+
+def conclude(d: Diagnosis, loose: list[str], checked: str, healthy_confidence: float) -> None:
+    """The verdict's head from its active incidents: the first sets bottleneck, severity and the
+    exit code; recovered ones follow them, listed with their end, severity info."""
+    active = [i for i in d.incidents if i.status == "active"]
+    recovered = [i for i in d.incidents if i.status == "recovered"]
+    for incident in recovered:
+        incident.severity = Severity.INFO
+        if "recovered" not in incident.summary:
+            when = time.strftime("%H:%M:%S UTC", time.gmtime(incident.ended or d.at))
+            incident.summary = incident.summary.rstrip(".") + f" (recovered: cleared at {when})."
+    d.incidents = active + recovered
+    past = f" Recovered in the window: {'; '.join(f'{i.id} on {_where(i)}' for i in recovered)}." if recovered else ""
+    if not active:
+        d.bottleneck, d.severity, d.confidence, d.affected = HEALTHY, Severity.OK, healthy_confidence, []
+        d.summary = f"healthy: {checked} are within their thresholds"
         if loose:
-            base.summary += (
+            d.summary += (
                 f"; yet {', '.join(loose)} fired and nothing found explains {'it' if len(loose) == 1 else 'them'}"
             )
-        return base
-    primary = incidents[0]
-    base.bottleneck = primary.id
-    base.severity = max((i.severity for i in incidents), key=lambda s: s.rank)
-    base.confidence = primary.confidence
-    base.affected = primary.affected
-    more = [f"{i.id} on {', '.join(s for s in i.scopes if s) or 'the fleet'}" for i in incidents[1:]]
-    base.summary = primary.summary + (
+        d.summary += past
+        return
+    primary = active[0]
+    d.bottleneck = primary.id
+    d.severity = max((i.severity for i in active), key=lambda s: s.rank)
+    d.confidence = primary.confidence
+    d.affected = primary.affected
+    more = [f"{i.id} on {_where(i)}" for i in active[1:]]
+    d.summary = primary.summary + (
         f" {len(more)} more incident{'s' if len(more) > 1 else ''}: {'; '.join(more)}." if more else ""
     )
     if loose:
-        base.summary += f" Not explained: {', '.join(loose)}."
-    return base
+        d.summary += f" Not explained: {', '.join(loose)}."
+    d.summary += past
+
+
+def _where(incident: Incident) -> str:
+    return ", ".join(s for s in incident.scopes if s) or "the fleet"
+
+
+# states of the hardware judged where they hold: over the end of the window as well as all of it
+PRESENT_JUDGED = frozenset({"thermal_power_throttling", "pcie_bottleneck", "gpu_memory_pressure"})
+PRESENT_MEASURES = tuple(m for m in MEASURES if m.entity is Entity.GPU)
+
+
+def _present_findings(present: Measurements | None, findings: list[Finding], config: Config) -> list[Finding]:
+    if present is None:
+        return []
+    seen = {(f.id, f.scope) for f in findings}
+    ctx = Context.of(present, config.thresholds, config.gpu_models)
+    out = []
+    for finding in (f for check in all_checks() for f in check(ctx)):
+        if finding.id in PRESENT_JUDGED and (finding.id, finding.scope) not in seen:
+            finding.summary = finding.summary.rstrip(".") + " (at the end of the window; its mean dilutes it)."
+            seen.add((finding.id, finding.scope))
+            out.append(finding)
+    return out
 
 
 def _recent_findings(

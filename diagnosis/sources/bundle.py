@@ -7,6 +7,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from diagnosis.measures import Measurements, Value
 from diagnosis.sources import SourceError
@@ -40,9 +41,21 @@ def save(path: Path, bundle: Bundle) -> None:
         },
         "notes": bundle.measurements.notes,
         "sources": bundle.measurements.sources,
-        "onsets": [{"id": key[0], "scopes": list(key[1]), "at": at} for key, at in bundle.measurements.onsets.items()],
+        "onsets": _times(bundle.measurements.onsets),
+        "ended": _times(bundle.measurements.ended),
     }
     path.write_text(json.dumps(data, indent=1, sort_keys=True))
+
+
+Times = dict[tuple[str, tuple[str, ...]], float]  # (incident id, its scopes) -> unix seconds
+
+
+def _times(times: Times) -> list[dict[str, Any]]:
+    return [{"id": key[0], "scopes": list(key[1]), "at": at} for key, at in times.items()]
+
+
+def _keyed(rows: list[dict[str, Any]]) -> Times:
+    return {(str(o["id"]), tuple(str(x) for x in o["scopes"])): float(o["at"]) for o in rows}
 
 
 def load(path: Path) -> Bundle:
@@ -77,7 +90,8 @@ def load(path: Path) -> Bundle:
             },
             notes=[str(n) for n in data.get("notes", [])],
             sources=[{str(k): str(v) for k, v in s.items()} for s in data.get("sources", [])],
-            onsets={(str(o["id"]), tuple(str(x) for x in o["scopes"])): float(o["at"]) for o in data.get("onsets", [])},
+            onsets=_keyed(data.get("onsets", [])),
+            ended=_keyed(data.get("ended", [])),
         )
         at, window = float(data["at"]), float(data["window"])
         if not (math.isfinite(at) and math.isfinite(window) and window > 0):

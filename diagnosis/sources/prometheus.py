@@ -129,6 +129,10 @@ class PrometheusSource:
         out.sources.append({"source": self.name, "status": "ok", "detail": f"{len(out.values)} measures"})
         return out
 
+    def window_only(self, measures: Sequence[Measure], at: float, window: float) -> Measurements:
+        """The measures over the window ending at `at`, without a baseline (the present)."""
+        return self._fetch(measures, at, window)
+
     def _fetch(self, measures: Sequence[Measure], at: float, window: float) -> Measurements:
         out = Measurements()
 
