@@ -15,6 +15,7 @@ trailing window. Only the Prometheus source has the history; elsewhere all stay 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from diagnosis.changes import LOAD, Change
@@ -44,13 +45,15 @@ def find(source: PrometheusSource, incidents: list[Incident], at: float, span: f
     for incident in incidents:
         runs = [_run(source, evidence, at, span) for evidence in _signals(incident)]
         known = [r for r in runs if r is not None]
-        if known and len(known) == len(runs) and all(onset is not None for onset, _ in known):
-            incident.onset = max(onset for onset, _ in known if onset is not None)
+        if known and len(known) == len(runs) and all(r.onset is not None for r in known):
+            incident.onset = max(r.onset for r in known if r.onset is not None)
         if not known or len(known) < len(runs) or incident.id in STICKY:
             continue
-        stopped = [end for _, end in known]
-        if all(end is not None and end <= at - present for end in stopped):
-            incident.ended = max(end for end in stopped if end is not None)
+        # a condition that held at every step (the pool not full, a long prompt tail) was there
+        # before the incident: it says nothing about whether the incident still is
+        telling = [r for r in known if not r.always]
+        if telling and all(r.ended is not None and r.ended <= at - present for r in telling):
+            incident.ended = max(r.ended for r in telling if r.ended is not None)
 
 
 def _signals(incident: Incident) -> list[Evidence]:
@@ -63,11 +66,17 @@ def _signals(incident: Incident) -> list[Evidence]:
     return out[:MAX_SIGNALS]
 
 
-def _run(
-    source: PrometheusSource, evidence: Evidence, at: float, span: float
-) -> tuple[float | None, float | None] | None:
-    """(the first step of the signal's last run past its line, the step at which that run ended:
-    None while it holds at `at`); None when the signal has no history here."""
+@dataclass(frozen=True)
+class Run:
+    """A signal's last run past its line in the span."""
+
+    onset: float | None  # its first step
+    ended: float | None  # the step at which it stopped holding; None while it holds at `at`
+    always: bool  # it held at every step of the span
+
+
+def _run(source: PrometheusSource, evidence: Evidence, at: float, span: float) -> Run | None:
+    """The signal's last run past its line; None when it has no history here or never held."""
     measure = BY_NAME[evidence.measure]
     labels = {k: v for k, v in evidence.labels.items() if k in (*ENTITY_LABELS[measure.entity], *measure.by)}
     selector = source.selector & source.entity_selector[measure.entity] & Selector.of(**labels)
@@ -79,19 +88,17 @@ def _run(
     if not series or evidence.threshold is None:
         return None
     limit = evidence.threshold
-    onset, ended, held = None, None, False  # the last run in which it held (an event's run may end)
+    onset, ended, held, always = None, None, False, True  # the last run in which it held (an event's may end)
     for t, v in series[0][1]:
         holds = (v > limit if limit == 0 else v >= limit) if evidence.above else v <= limit  # 0: an event
         if holds and not held:
             onset, ended = t, None
         elif held and not holds:
             ended = t
-        held = holds
-    if held:
-        ended = None
-    elif onset is None:  # never past its line in the span: it says nothing about the present
+        held, always = holds, always and holds
+    if onset is None:  # never past its line in the span: it says nothing about the present
         return None
-    return onset, ended
+    return Run(onset, None if held else ended, always)
 
 
 def change_times(

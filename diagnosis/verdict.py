@@ -166,7 +166,7 @@ def conclude(d: Diagnosis, loose: list[str], checked: str, healthy_confidence: f
             when = time.strftime("%H:%M:%S UTC", time.gmtime(incident.ended or d.at))
             incident.summary = incident.summary.rstrip(".") + f" (recovered: cleared at {when})."
     d.incidents = active + recovered
-    past = f" Recovered in the window: {'; '.join(f'{i.id} on {_where(i)}' for i in recovered)}." if recovered else ""
+    past = "; ".join(f"{i.id} on {_where(i)}" for i in recovered)
     if not active:
         d.bottleneck, d.severity, d.confidence, d.affected = HEALTHY, Severity.OK, healthy_confidence, []
         d.summary = f"healthy: {checked} are within their thresholds"
@@ -174,7 +174,8 @@ def conclude(d: Diagnosis, loose: list[str], checked: str, healthy_confidence: f
             d.summary += (
                 f"; yet {', '.join(loose)} fired and nothing found explains {'it' if len(loose) == 1 else 'them'}"
             )
-        d.summary += past
+        if past:
+            d.summary += f"; recovered in the window: {past}"
         return
     primary = active[0]
     d.bottleneck = primary.id
@@ -187,7 +188,8 @@ def conclude(d: Diagnosis, loose: list[str], checked: str, healthy_confidence: f
     )
     if loose:
         d.summary += f" Not explained: {', '.join(loose)}."
-    d.summary += past
+    if past:
+        d.summary += f" Recovered in the window: {past}."
 
 
 def _where(incident: Incident) -> str:

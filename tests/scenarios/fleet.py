@@ -73,6 +73,14 @@ class State:
     xid_burst: float = 0.0  # XIDs per minute (DCGM_EXP_XID_ERRORS_COUNT, 5-minute window)
     sentinel: bool = False  # DCGM blank sentinels where temperature and power should be
     gr_active: float | None = None  # DCGM_FI_PROF_GR_ENGINE_ACTIVE (0..1); None: util / 100
+    # what vLLM 0.32 fleets add
+    tpot: tuple[float, float] | None = None  # request_time_per_output_token (median, p99); None: from itl
+    spec_tokens: int = 0  # num_speculative_tokens (0: no speculative decoding)
+    spec_accept: float = 0.7  # the share of draft tokens accepted
+    stalled: bool = False  # the engine answers /metrics but makes no progress: its counters stop
+    kv_transfers: float = 0.0  # NIXL KV transfers per second (0: no KV connector)
+    kv_transfer_failures: float = 0.0  # of which failed, per second
+    kv_transfer_time: tuple[float, float] = (0.02, 0.08)  # NIXL transfer time (median, p99)
 
 
 Behaviour = Callable[[float], State]  # minutes since the start -> state
@@ -92,13 +100,20 @@ class Instance:
     exp_counts: bool = False  # DCGM_EXP_XID_ERRORS_COUNT and DCGM_EXP_CLOCK_EVENTS_COUNT enabled
     no_vllm: bool = False  # a GPU node that serves no vLLM
     no_kv_gauge: bool = False  # a page without vllm:kv_cache_usage_perc
+    model: str = MODEL  # the served model (model_name)
+    # "host": instance is host:port (the engine's pod, the GPUs' node); "pod": relabelled to the
+    # pod's name; "bare": bare metal, the engine at <node>:8000 beside dcgm-exporter at <node>:9400
+    instance_style: str = "host"
+    mig_zero_util: bool = False  # dcgm-exporter 3.x writes DCGM_FI_DEV_GPU_UTIL 0 on MIG instances
 
     @property
     def engine_labels(self) -> dict[str, str]:
+        if self.instance_style == "bare":
+            return {"instance": f"{self.node}:8000", "job": "vllm", "model_name": self.model}
         return {
-            "instance": f"{self.name}:8000",
+            "instance": self.name if self.instance_style == "pod" else f"{self.name}:8000",
             "job": "vllm",
-            "model_name": MODEL,
+            "model_name": self.model,
             "namespace": "prod",
             "pod": self.name,
         }
@@ -120,7 +135,7 @@ class Instance:
 
     def gpu(self, index: int) -> dict[str, str]:
         labels = {
-            "instance": f"{self.node}:9400",
+            "instance": f"dcgm-exporter-{self.node}" if self.instance_style == "pod" else f"{self.node}:9400",
             "job": "dcgm-exporter",
             "gpu": str(index),
             "UUID": f"GPU-{zlib.crc32(self.name.encode()) % 10**8:08d}-0000-4000-8000-{index:012d}",
@@ -180,6 +195,10 @@ class _Counters:
     energy: float = 0.0
     gateway_sum: float = 0.0
     gateway_count: float = 0.0
+    drafts: float = 0.0
+    draft_tokens: float = 0.0
+    accepted: float = 0.0
+    transfers_failed: float = 0.0
 
 
 Unit = tuple[str, str | None]  # (instance name, engine label or None)
@@ -198,6 +217,8 @@ def _histograms() -> dict[str, _Histogram]:
         "prefill": _Histogram(REQUEST_LATENCY_BUCKETS),
         "e2e": _Histogram(REQUEST_LATENCY_BUCKETS),
         "prompt": _Histogram(PROMPT_BUCKETS),
+        "tpot": _Histogram(INTER_TOKEN_LATENCY_BUCKETS),
+        "nixl": _Histogram(REQUEST_LATENCY_BUCKETS),
     }
 
 
@@ -230,7 +251,7 @@ class Simulation:
                 self.counters[unit], self.histograms[unit] = _Counters(), _histograms()
                 self.started[unit] = self.minute
             self.states[unit] = s
-            if not s.engine_up:
+            if not s.engine_up or s.stalled:
                 continue
             k, h, n = self.counters[unit], self.histograms[unit], s.rate * seconds
             prompt_mean = s.prompt_median * 1.3
@@ -255,6 +276,15 @@ class Simulation:
             e2e = s.ttft[0] + s.output * s.itl[0]
             h["e2e"].observe(n, e2e, e2e * 3)
             h["prompt"].observe(n, s.prompt_median, s.prompt_p99)
+            h["tpot"].observe(n, *(s.tpot or s.itl))
+            if s.spec_tokens:  # one draft of spec_tokens per engine step; a step yields 1 + accepted
+                steps = n * s.output / (1 + s.spec_tokens * s.spec_accept)
+                k.drafts += steps
+                k.draft_tokens += steps * s.spec_tokens
+                k.accepted += steps * s.spec_tokens * s.spec_accept
+            if s.kv_transfers:
+                k.transfers_failed += s.kv_transfer_failures * seconds
+                h["nixl"].observe(s.kv_transfers * seconds, *s.kv_transfer_time)
 
     def series(self) -> Iterable[tuple[str, str, dict[str, str], float]]:
         """(family type, name, labels, value) for every series now."""
@@ -317,6 +347,12 @@ class Simulation:
                 {**labels, "finished_reason": reason},
                 round(value, 3),
             )
+        if s.spec_tokens:
+            yield "counter", c.VLLM_SPEC_DECODE_DRAFTS.name, labels, round(k.drafts, 3)
+            yield "counter", c.VLLM_SPEC_DECODE_DRAFT_TOKENS.name, labels, round(k.draft_tokens, 3)
+            yield "counter", c.VLLM_SPEC_DECODE_ACCEPTED_TOKENS.name, labels, round(k.accepted, 3)
+        if s.kv_transfers:
+            yield "counter", c.VLLM_NIXL_FAILED_TRANSFERS.name, labels, round(k.transfers_failed, 3)
         queries = c.VLLM_PREFIX_CACHE_QUERIES.aliases[0] if inst.legacy else c.VLLM_PREFIX_CACHE_QUERIES.name
         hits = c.VLLM_PREFIX_CACHE_HITS.aliases[0] if inst.legacy else c.VLLM_PREFIX_CACHE_HITS.name
         yield "counter", queries, labels, round(k.queries, 1)
@@ -329,6 +365,8 @@ class Simulation:
             ("prefill", c.VLLM_PREFILL_TIME),
             ("e2e", c.VLLM_E2E_LATENCY),
             ("prompt", c.VLLM_REQUEST_PROMPT_TOKENS),
+            *((("tpot", c.VLLM_TPOT),) if not inst.legacy else ()),
+            *((("nixl", c.VLLM_NIXL_XFER_TIME),) if s.kv_transfers else ()),
         ):
             name = signal.aliases[0] if inst.legacy and signal.aliases else signal.name
             for sample_name, sample_labels, value in h[key].samples(name, labels):
@@ -407,7 +445,9 @@ class Simulation:
             size = MIG_PROFILE_MIB.get(profile, 9856.0)
             labels_i = {**labels, "GPU_I_ID": str(gi + 1), "GPU_I_PROFILE": profile}
             used = size * s.memory_share
+            zero_util = ((c.DCGM_GPU_UTIL, 0.0),) if inst.mig_zero_util else ()
             for signal, value in (
+                *zero_util,
                 (c.DCGM_FB_USED, used),
                 (c.DCGM_FB_FREE, size - used),
                 (c.DCGM_GR_ENGINE_ACTIVE, s.gr_active if s.gr_active is not None else s.util / 100),
