@@ -4,6 +4,7 @@ memory and utilisation, 4 preemption / swap frequency, 5 kernel level."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -107,7 +108,7 @@ def diagnose(
     ctx = Context.of(m, config.thresholds, config.gpu_models)
     findings = [f for check in all_checks() for f in check(ctx)]
     findings.sort(key=lambda f: (ROOT_CAUSE_ORDER.index(f.id), -f.severity.rank, -f.confidence))
-    findings += _present_findings(present, findings, config)
+    findings += _present_findings(m, present, findings, config)
     bursts = _recent_findings(recent or [], findings, firing, config)
     steps = triage(ctx, findings)
     found = changes(ctx)
@@ -201,11 +202,16 @@ PRESENT_JUDGED = frozenset({"thermal_power_throttling", "pcie_bottleneck", "gpu_
 PRESENT_MEASURES = tuple(m for m in MEASURES if m.entity is Entity.GPU)
 
 
-def _present_findings(present: Measurements | None, findings: list[Finding], config: Config) -> list[Finding]:
+def _present_findings(
+    m: Measurements, present: Measurements | None, findings: list[Finding], config: Config
+) -> list[Finding]:
     if present is None:
         return []
     seen = {(f.id, f.scope) for f in findings}
-    ctx = Context.of(present, config.thresholds, config.gpu_models)
+    # the GPUs at the end of the window beside the engines of the whole of it (their budgets, joins)
+    engines = {k: v for k, v in m.values.items() if k in BY_NAME and BY_NAME[k].entity is Entity.ENGINE}
+    merged = dataclasses.replace(present, values={**engines, **present.values}, baseline=m.baseline)
+    ctx = Context.of(merged, config.thresholds, config.gpu_models)
     out = []
     for finding in (f for check in all_checks() for f in check(ctx)):
         if finding.id in PRESENT_JUDGED and (finding.id, finding.scope) not in seen:

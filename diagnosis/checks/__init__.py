@@ -35,6 +35,7 @@ class Context:
     models: GpuModels = DEFAULT_MODELS
     scopes: Scopes = field(default_factory=Scopes)
     baseline: dict[Key, View] = field(default_factory=dict)  # the same entities, the window before
+    gone: list[dict[str, str]] = field(default_factory=list)  # labels of engines seen only before the window
 
     @classmethod
     def of(cls, m: Measurements, limits: Thresholds = DEFAULTS, models: GpuModels = DEFAULT_MODELS) -> Context:
@@ -54,8 +55,15 @@ class Context:
                 for v in values:
                     baseline[entity_key(v.labels, BY_NAME[name].entity)][name].append(v)
         engines, gpus = dict(views[Entity.ENGINE]), dict(views[Entity.GPU])
-        scopes = Scopes.of([labels_of(v) for v in engines.values()], [labels_of(v) for v in gpus.values()])
-        return cls(m, engines, gpus, limits, models, scopes, dict(baseline))
+        # engines seen only before the window are gone now (crashed, not restarted): their scope
+        # still holds their GPUs, whose memory nothing should hold any more
+        gone = [
+            labels_of(view)
+            for key, view in baseline.items()
+            if key not in engines and any(BY_NAME[n].entity is Entity.ENGINE for n in view)
+        ]
+        scopes = Scopes.of([*(labels_of(v) for v in engines.values()), *gone], [labels_of(v) for v in gpus.values()])
+        return cls(m, engines, gpus, limits, models, scopes, dict(baseline), gone)
 
     def before(self, view: View, name: str) -> Value | None:
         """The measure for the same entity over the baseline window before this one."""
@@ -94,14 +102,15 @@ class Context:
         GPUMemoryFull joins the same way, so the two agree."""
         shares = []
         scope = self.scopes.of_labels(gpu_labels)
-        for view in self.engines.values():
-            if self.scope(view) != scope:
-                continue
+        live = [view for view in self.engines.values() if self.scope(view) == scope]
+        for view in live:
             for v in view.get("cache_config", []):
                 try:
                     shares.append(float(v.labels["gpu_memory_utilization"]))
                 except (KeyError, ValueError):
                     continue
+        if not live and any(self.scopes.of_labels(labels) == scope for labels in self.gone):
+            return 0.0  # its engine is gone: nothing of vLLM's should hold the GPU's memory
         return max(shares) if shares else None
 
 

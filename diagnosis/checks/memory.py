@@ -69,12 +69,24 @@ def check(ctx: Context) -> list[Finding]:
         if f["budget"] is None and not f["growing"]:
             cause = "nearly full (no engine's budget is known for this GPU)"
         budget_text = f"; the engine was given {f['budget']:.0%}" if f["budget"] is not None else ""
+        if f["budget"] == 0:  # the engine on it is gone (ctx.engine_budget)
+            budget_text = ", with no engine up on it (its engine stopped reporting before the window)"
+            cause = "another process holds it (orphaned engine workers?), so a restarted engine cannot get it"
         return Parts(
             Severity.CRITICAL if f["near_oom"] else Severity.WARNING,
             f"{worst.name} uses {f['share']:.0%} of its memory{budget_text}: {cause}"
             + ("; it is one allocation from CUDA OOM." if f["near_oom"] else "."),
             ev,
             [
+                *(
+                    [
+                        "orphaned workers of a killed engine keep the memory (vllm-project/vllm#55510): find them "
+                        "(nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv; VLLM::EngineCore, "
+                        "VLLM::Worker_*) and stop them before the engine restarts"
+                    ]
+                    if f["budget"] == 0
+                    else []
+                ),
                 "find the process: nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv "
                 f"(or {catalog.GPU_PROCESS_INFO.name} joined on gpu)",
                 "a co-located process: move it off the GPU (MIG or a separate node); vLLM assumes it owns its share",

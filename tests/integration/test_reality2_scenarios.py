@@ -22,11 +22,8 @@ pytestmark = pytest.mark.integration
 CASES = cases()
 # not right yet (issue 20: what each needs), strict: a fix turns it into a failure to remove here
 NOT_YET = {
-    "reserved-memory-bare-metal": "engines and GPUs joined on the host part of `instance`",
-    "preemptions-without-a-storm": "KV exhaustion to require the pool full or the queue growing",
     "spec-decode-acceptance-collapse": "spec_decode_inefficient: per-token time and acceptance",
     "stall-with-health-green": "engine_stall: counters frozen with requests in flight",
-    "orphans-hold-the-memory": "GPU memory held with no engine up is pressure",
     "dp-ranks-two-hot": "load_imbalance before the hot ranks' KV exhaustion",
     "prefix-affinity-hot-replica": "load_imbalance across replicas of one model",
     "nixl-failures-and-late-thermal": "kv_transfer_failure: NIXL's failed transfers",

@@ -230,9 +230,13 @@ def fault_cases() -> list[Case]:
         Case(
             "orphans-hold-the-memory",
             {("gpu_memory_pressure", "node-or-0")},
-            fleet("or", {0: _at(40, replace(H, engine_up=False, util=0, power=75, fb_used=0.82 * FB_TOTAL_MIB))}),
-            "vllm-project/vllm#55510 (and #34643): the API server was killed, its EngineCore and workers "
-            "survived holding 82 % of the GPU at 0 % utilisation, and every restart fails its memory check",
+            _with(
+                fleet("or", {0: _at(40, replace(H, engine_up=False, util=0, power=75, fb_used=0.82 * FB_TOTAL_MIB))}),
+                instance_style="bare",
+            ),
+            "vllm-project/vllm#55510 (and #34643), on bare metal as there: the API server was killed, its "
+            "EngineCore and workers survived holding 82 % of the GPU at 0 % utilisation, and every restart "
+            "fails its memory check (the engine at host:8000 reports nothing since)",
         ),
         Case(
             "dp-ranks-two-hot",

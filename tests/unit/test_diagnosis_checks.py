@@ -101,15 +101,26 @@ def test_kv_exhaustion_needs_preemptions_or_a_full_pool_that_swaps():
 def test_preemptions_prove_a_full_pool_the_sampled_gauge_missed():
     # vLLM preempts only when no KV block is free; on a busy engine usage swings within a second,
     # so a 1 s scrape can peak at 82 % while the engine preempts (seen in the kv-avalanche drill)
-    missed = one(kv_cache.check, Context.of(measurements(engine={"kv_usage_max": 0.82, "preemption_rate": 0.5})))
-    seen = one(kv_cache.check, Context.of(measurements(engine={"kv_usage_max": 0.97, "preemption_rate": 0.5})))
+    # (there the queue pays for it: queue time past its line)
+    paid = {"preemption_rate": 0.5, "queue_p99": 2.0}
+    missed = one(kv_cache.check, Context.of(measurements(engine={"kv_usage_max": 0.82, **paid})))
+    seen = one(kv_cache.check, Context.of(measurements(engine={"kv_usage_max": 0.97, **paid})))
     assert missed is not None and seen is not None
     assert "sampled usage peaked at 82%" in missed.summary and "usage 97%" in seen.summary
     assert missed.confidence < seen.confidence
 
 
+def test_thin_preemptions_nobody_waits_for_are_how_a_busy_pool_works():
+    # inference-sim/inference-sim#963: each preempted request preempted once, no queue, TTFT fine
+    thin = {"kv_usage_max": 0.88, "preemption_rate": 0.08, "queue_p99": 0.6, "ttft_p99": 0.6, "waiting_slope": 0.0}
+    assert one(kv_cache.check, Context.of(measurements(engine=thin))) is None
+    growing = {**thin, "waiting_slope": 0.5}
+    assert one(kv_cache.check, Context.of(measurements(engine=growing))) is not None
+
+
 def test_the_triage_fails_step_one_when_preemptions_show_the_pool_ran_out():
-    result = diagnose(measurements(engine={"kv_usage_max": 0.82, "preemption_rate": 0.4}, config=0.92), 0, 900, "t")
+    engine = {"kv_usage_max": 0.82, "preemption_rate": 0.4, "ttft_p99": 4.0}
+    result = diagnose(measurements(engine=engine, config=0.92), 0, 900, "t")
     steps = {s.name: s for s in result.steps}
     assert result.bottleneck == "kv_cache_exhaustion" and result.exit_code == exitcodes.CRITICAL
     assert steps["kv_cache"].status == "fail" and "ran out between samples" in steps["kv_cache"].detail

@@ -166,3 +166,21 @@ def test_lenient_parsing_keeps_what_it_can_read():
     )
     samples, bad = promtext.parse_lenient(page)
     assert {s.name for s in samples} == {"a", "c_total"} and bad == 1
+
+
+def test_one_machine_however_it_is_spelled():
+    from diagnosis.scopes import Scopes, host_part
+
+    engine = {"instance": "node-a:8000", "model_name": "m"}  # bare metal: vLLM beside dcgm-exporter
+    gpu = {"instance": "node-a:9400", "Hostname": "node-a", "gpu": "0"}
+    lower = {"instance": "10.0.0.7:9400", "hostname": "node-b", "gpu": "0"}
+    by_node = {"pod": "vllm-b", "namespace": "prod", "instance": "10.1.2.3:8000", "node": "node-b"}
+    other = {"instance": "node-c:9400", "Hostname": "node-c", "gpu": "0"}
+    scopes = Scopes.of([engine, by_node], [gpu, lower, other])
+    assert scopes.of_labels(engine) == scopes.of_labels(gpu) == "node-a"
+    assert scopes.of_labels(by_node) == scopes.of_labels(lower) == "node-b"
+    assert scopes.of_labels(other) == "node-c" and scopes.count() == 3
+    # loopback names no machine: two fake nodes served from 127.0.0.1 stay two
+    local = Scopes.of([{"instance": "127.0.0.1:8000"}], [{"instance": "127.0.0.1:9400", "Hostname": "n1", "gpu": "0"}])
+    assert local.count() == 2
+    assert (host_part("[::1]:9400"), host_part("10.0.0.5:9400"), host_part("node")) == ("::1", "10.0.0.5", "node")
