@@ -34,7 +34,9 @@ EXPLAINS: dict[str, frozenset[str]] = {
     "gpu_memory_pressure": frozenset({"capacity_saturation"}),
     "thermal_power_throttling": frozenset({"decode_bandwidth_bound", "capacity_saturation", "prefill_head_of_line"}),
     "pcie_bottleneck": frozenset({"capacity_saturation", "decode_bandwidth_bound"}),
-    "prefix_cache_miss": frozenset({"prefill_head_of_line", "capacity_saturation"}),
+    # every request prefills its whole prompt again: chunked prefill shares each step with decode,
+    # so the steps (inter-token latency) slow with it (drill prefix-miss on a slow engine)
+    "prefix_cache_miss": frozenset({"prefill_head_of_line", "capacity_saturation", "decode_bandwidth_bound"}),
     "load_imbalance": frozenset(
         {
             "kv_cache_exhaustion",
