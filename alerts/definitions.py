@@ -36,6 +36,9 @@ GPU_BY = ("instance", *c.DCGM_HOST_LABELS, "gpu")
 HOST = "{{ or " + " ".join(f"$labels.{label}" for label in (*c.DCGM_HOST_LABELS, "instance")) + " }}"
 # what slows requests down: the incidents a latency or queue alert can be a symptom of
 LATENCY = (
+    "engine_stall",
+    "kv_transfer_failure",
+    "spec_decode_inefficient",
     "kv_cache_exhaustion",
     "prefill_head_of_line",
     "capacity_saturation",

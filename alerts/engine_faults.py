@@ -24,7 +24,51 @@ def engine_alerts(config: Config) -> list[Alert]:
     for signal in transfers[1:]:
         transfer_expr = transfer_expr.or_(_rate_over(signal, config).gt(failing.value))
     reason = {"reason": "max_num_queued_reqs"}
+    stall = lim[t.ENGINE_STALL]
+    in_flight = metric(c.VLLM_REQUESTS_RUNNING, sel).sum(ENGINE) + metric(c.VLLM_REQUESTS_WAITING, sel).sum(ENGINE)
+    no_progress = (
+        in_flight.ge(stall.value)
+        .and_(_rate_over(c.VLLM_GENERATION_TOKENS, config).eq(0))
+        .and_(_rate_over(c.VLLM_PROMPT_TOKENS, config).eq(0))
+    )
+    frozen = {fx.engine(c.VLLM_GENERATION_TOKENS): "500x20", fx.engine(c.VLLM_PROMPT_TOKENS): "9000x20"}
     return [
+        Alert(
+            "VLLMEngineStalled",
+            str(no_progress),
+            "critical",
+            "vLLM makes no progress with requests in flight.",
+            '{{ $labels.instance }} has {{ $value | printf "%.0f" }} requests running or waiting and has '
+            "prefilled and generated nothing for 5 minutes while it still answers its scrape: a hang (NCCL, "
+            "a deadlocked worker, a KV load that never returns) that /health does not see.",
+            explained_by=("engine_stall", "gpu_hardware_fault"),
+            fires=Case(
+                {**frozen, fx.engine(c.VLLM_REQUESTS_RUNNING): "2x20", fx.engine(c.VLLM_REQUESTS_WAITING): "3x20"},
+                "12m",
+                fx.engine_labels,
+                5.0,
+                lead=5,
+            ),
+            more=(
+                Case(  # waiting alone: admission itself is stuck
+                    {**frozen, fx.engine(c.VLLM_REQUESTS_RUNNING): "0x20", fx.engine(c.VLLM_REQUESTS_WAITING): "4x20"},
+                    "12m",
+                    fx.engine_labels,
+                    4.0,
+                    lead=5,
+                ),
+            ),
+            silent=Case(  # a slow engine still makes progress
+                {
+                    fx.engine(c.VLLM_GENERATION_TOKENS): per_minute(0.5),
+                    fx.engine(c.VLLM_PROMPT_TOKENS): "9000x20",
+                    fx.engine(c.VLLM_REQUESTS_RUNNING): "2x20",
+                    fx.engine(c.VLLM_REQUESTS_WAITING): "3x20",
+                },
+                "12m",
+            ),
+            for_=stall.for_,
+        ),
         Alert(
             "VLLMAdmissionRejections",
             str(_rate_over(c.VLLM_ADMISSION_REJECTIONS, config).gt(refused.value)),
@@ -61,7 +105,7 @@ def engine_alerts(config: Config) -> list[Alert]:
             "vLLM KV transfers are failing.",
             '{{ $labels.instance }} fails {{ $value | printf "%.3g" }} KV transfers per second (NIXL, or offload '
             "allocations): those requests recompute their prefill or fail.",
-            explained_by=("kv_cache_exhaustion", "capacity_saturation", "pcie_bottleneck"),
+            explained_by=("kv_transfer_failure", "kv_cache_exhaustion", "capacity_saturation", "pcie_bottleneck"),
             fires=Case(
                 {fx.engine(c.VLLM_KV_OFFLOAD_ALLOCATION_FAILURES): per_minute(2 * failing.value)},
                 "12m",

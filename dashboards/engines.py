@@ -159,7 +159,7 @@ def _spec_decode(b: Board, sc: Scope) -> None:
     drafted = sc.engine_rate(c.VLLM_SPEC_DECODE_DRAFT_TOKENS, by=PER_ENGINE)
     drafts = sc.engine_rate(c.VLLM_SPEC_DECODE_DRAFTS, by=PER_ENGINE)
     per_pos = sc.engine_rate(c.VLLM_SPEC_DECODE_ACCEPTED_PER_POS, by=(*PER_ENGINE, "position"))
-    b.add(ts("Acceptance rate", "percentunit", [(accepted / drafted, ENGINE_LEGEND)]), span=8)
+    b.add(ts("Acceptance rate", "percentunit", [(accepted / drafted, ENGINE_LEGEND)]), span=6)
     b.add(
         ts(
             "Mean acceptance length",
@@ -167,7 +167,7 @@ def _spec_decode(b: Board, sc: Scope) -> None:
             [(accepted / drafts + 1, ENGINE_LEGEND)],
             "Tokens per verification step: 1 + accepted tokens per draft (vLLM's own definition).",
         ),
-        span=8,
+        span=6,
     )
     b.add(
         ts(
@@ -175,7 +175,39 @@ def _spec_decode(b: Board, sc: Scope) -> None:
             "percentunit",
             [(per_pos.binop("/", drafts, on=PER_ENGINE, group_left=()), "pos {{position}} " + ENGINE_LEGEND)],
         ),
-        span=8,
+        span=6,
+    )
+    b.add(
+        ts(
+            "Time per output token vs engine step",
+            "s",
+            [
+                (sc.quantile(0.5, c.VLLM_TPOT, by=PER_ENGINE), "per token " + ENGINE_LEGEND),
+                (sc.quantile(0.5, c.VLLM_ITL, by=PER_ENGINE), "per step " + ENGINE_LEGEND),
+            ],
+            "vLLM's inter-token histogram is per engine step, and a step yields 1 + accepted tokens: per-token "
+            "time rising while the step time holds is spec_decode_inefficient (the drafts are rejected).",
+        ),
+        span=6,
+    )
+
+
+def _progress(b: Board, sc: Scope) -> None:
+    b.row("Progress")
+    in_flight = sc.e(c.VLLM_REQUESTS_RUNNING).max(PER_ENGINE) + sc.e(c.VLLM_REQUESTS_WAITING).max(PER_ENGINE)
+    b.add(
+        ts(
+            "Tokens per second with requests in flight",
+            "short",
+            [
+                (sc.engine_rate(c.VLLM_GENERATION_TOKENS, by=PER_ENGINE), "generated tok/s " + ENGINE_LEGEND),
+                (sc.engine_rate(c.VLLM_PROMPT_TOKENS, by=PER_ENGINE), "prefilled tok/s " + ENGINE_LEGEND),
+                (in_flight, "in flight " + ENGINE_LEGEND),
+            ],
+            "Requests in flight while no token is prefilled or generated for 5 minutes is a hang /health does "
+            "not see: VLLMEngineStalled (engine_stall).",
+        ),
+        span=24,
     )
 
 
@@ -278,6 +310,7 @@ def engines(sc: Scope) -> Board:
     _residency(b, sc)
     _cache_tiers(b, sc)
     _refusals(b, sc)
+    _progress(b, sc)
     _spec_decode(b, sc)
     _roofline(b, sc)
     _data_parallel(b, sc)

@@ -24,11 +24,14 @@ class Severity(StrEnum):
 # (an XID that kills an engine outranks the queue that follows).
 ROOT_CAUSE_ORDER = (
     "gpu_hardware_fault",
+    "engine_stall",
     "gpu_memory_pressure",
     "thermal_power_throttling",
     "pcie_bottleneck",
-    "prefix_cache_miss",
+    "kv_transfer_failure",
+    "spec_decode_inefficient",
     "load_imbalance",
+    "prefix_cache_miss",
     "kv_cache_exhaustion",
     "prefill_head_of_line",
     "capacity_saturation",

@@ -22,6 +22,7 @@ from diagnosis.scopes import Scopes
 EXPLAINS: dict[str, frozenset[str]] = {
     "gpu_hardware_fault": frozenset(
         {
+            "engine_stall",
             "capacity_saturation",
             "decode_bandwidth_bound",
             "prefill_head_of_line",
@@ -31,6 +32,11 @@ EXPLAINS: dict[str, frozenset[str]] = {
             "gateway_overhead",
         }
     ),
+    # an engine that makes no progress: everything behind it waits
+    "engine_stall": frozenset({"capacity_saturation", "prefill_head_of_line", "kv_cache_exhaustion"}),
+    # requests recompute their prefill or wait for a KV load that does not come
+    "kv_transfer_failure": frozenset({"capacity_saturation", "prefill_head_of_line"}),
+    "spec_decode_inefficient": frozenset({"decode_bandwidth_bound", "capacity_saturation"}),
     "gpu_memory_pressure": frozenset({"capacity_saturation"}),
     "thermal_power_throttling": frozenset({"decode_bandwidth_bound", "capacity_saturation", "prefill_head_of_line"}),
     "pcie_bottleneck": frozenset({"capacity_saturation", "decode_bandwidth_bound"}),
@@ -39,6 +45,7 @@ EXPLAINS: dict[str, frozenset[str]] = {
     "prefix_cache_miss": frozenset({"prefill_head_of_line", "capacity_saturation", "decode_bandwidth_bound"}),
     "load_imbalance": frozenset(
         {
+            "prefix_cache_miss",  # the siblings' hit rate falls when the shared traffic leaves them
             "kv_cache_exhaustion",
             "capacity_saturation",
             "prefill_head_of_line",

@@ -215,6 +215,51 @@ MEASURES: tuple[Measure, ...] = (
         help="generated tokens per second, last 5 min",
     ),
     _m("prompt_tps", E, Kind.RATE, c.VLLM_PROMPT_TOKENS, help="prompt tokens per second"),
+    # progress at the end of the window: an engine that answers but makes none (engine_stall)
+    _m(
+        "prompt_tps_recent",
+        E,
+        Kind.RATE_RECENT,
+        c.VLLM_PROMPT_TOKENS,
+        help="prompt tokens per second, last 5 min",
+    ),
+    _m("running_last", E, Kind.GAUGE_LAST, c.VLLM_REQUESTS_RUNNING, help="running requests at the end"),
+    _m("waiting_last", E, Kind.GAUGE_LAST, c.VLLM_REQUESTS_WAITING, help="waiting requests at the end"),
+    # per-token truth: vLLM's inter-token histogram is per engine step; with speculative decoding a
+    # step yields 1 + accepted tokens, so the per-output-token time is what a user waits per token
+    _m("tpot_p50", E, Kind.QUANTILE, c.VLLM_TPOT, quantile=0.5, help="median time per output token"),
+    _m(
+        "spec_draft_tps",
+        E,
+        Kind.RATE,
+        c.VLLM_SPEC_DECODE_DRAFT_TOKENS,
+        help="speculative draft tokens proposed per second",
+    ),
+    _m(
+        "spec_accept",
+        E,
+        Kind.RATIO,
+        c.VLLM_SPEC_DECODE_ACCEPTED_TOKENS,
+        denominator=(c.VLLM_SPEC_DECODE_DRAFT_TOKENS,),
+        help="share of draft tokens accepted",
+    ),
+    # KV transfers between engines or tiers (NIXL, offloading)
+    _m(
+        "kv_transfer_failures",
+        E,
+        Kind.RATE,
+        c.VLLM_NIXL_FAILED_TRANSFERS,
+        c.VLLM_KV_OFFLOAD_ALLOCATION_FAILURES,
+        help="failed KV transfers per second (NIXL, else offload allocations)",
+    ),
+    _m(
+        "kv_transfer_p99",
+        E,
+        Kind.QUANTILE,
+        c.VLLM_NIXL_XFER_TIME,
+        quantile=0.99,
+        help="p99 NIXL KV transfer time",
+    ),
     _m("request_rate", E, Kind.RATE, c.VLLM_REQUEST_SUCCESS, help="finished requests per second"),
     # what arrives, counted by kvscope serve at admission (vLLM counts a request when it ends)
     _m(
@@ -443,6 +488,10 @@ REQUIRED: tuple[str, ...] = (
 
 # The load and configuration compared with the baseline before the window (`changes`).
 BASELINE: tuple[str, ...] = (
+    "xid_changed",
+    "itl_p50",
+    "tpot_p50",
+    "spec_accept",
     "request_rate",
     "arrival_rate",
     "arrival_prompt_mean",

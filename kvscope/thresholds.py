@@ -261,6 +261,36 @@ KV_TRANSFER_FAILURE_RATE = Threshold(
     for_="5m",
 )
 TARGET_DOWN_FOR = Threshold("target_down", 0.5, "bool", "A scrape target or exporter has not answered.", for_="2m")
+ENGINE_STALL = Threshold(
+    "engine_stall",
+    1,
+    "requests",
+    "Requests in flight (running or waiting) while the engine prefills and generates nothing: a hang "
+    "its /health does not see (vllm-project/vllm#53130; gonka-ai/gonka#1421: 5-22 minutes in production).",
+    for_="5m",
+)
+# speculative decoding (vllm-project/vllm#8439: turned on, it decoded 11 % slower than off;
+# #56797: acceptance 2.82 of a golden 3.51 at k=5, lower on production traffic). Judged against the
+# engine's own time before: per-token time up by this much while the step time is not ...
+SPEC_TPOT_RISE = Threshold(
+    "spec_tpot_rise",
+    1.5,
+    "times",
+    "Per-token time this much above its baseline while the engine's steps are not slower: each step "
+    "yields fewer tokens, its drafts are rejected.",
+)
+SPEC_STEP_FLAT = Threshold(
+    "spec_step_flat",
+    1.25,
+    "times",
+    "Inter-token (step) time at most this much above its baseline for a per-token rise to be the drafts'.",
+)
+SPEC_ACCEPT_FALL = Threshold(
+    "spec_accept_fall",
+    0.6,
+    "ratio",
+    "Draft-token acceptance at most this share of its baseline: the drafts stopped matching the traffic.",
+)
 
 
 def all_thresholds() -> tuple[Threshold, ...]:

@@ -3,9 +3,10 @@
 One Lua script refills a request's buckets by the time elapsed on Redis' own clock (`TIME`: the
 replicas' clocks never meet) and takes the request and its tokens all or nothing (or charges or
 refunds tokens) in the same atomic step and one round trip, so N replicas enforce one budget.
-The refusals are serving.quota's, the same as the in-process store's. Keys are `<quota_key_prefix>:<tenant>:<kind>` (tenants come from the
-config, never from clients) and expire after KEY_TTL_SECONDS idle: a bucket idle for a minute
-is full again, which is what a missing key means.
+The refusals are serving.quota's, the same as the in-process store's. Keys are
+`<quota_key_prefix>:<tenant>:<kind>` (tenants come from the config, never from clients) and
+expire after KEY_TTL_SECONDS idle: a bucket idle for a minute is full again, which is what a
+missing key means.
 
 When Redis is down or slower than `quota_timeout_ms`, `quota_fail` decides: `open` admits the
 request unmetered, `closed` refuses it with a 503. Either way the failure is counted

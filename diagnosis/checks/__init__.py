@@ -218,17 +218,23 @@ def all_checks() -> list[Check]:
         hardware,
         imbalance,
         kv_cache,
+        kv_transfer,
         memory,
         pcie,
         prefill,
         prefix,
+        progress,
         saturation,
+        speculative,
         throttling,
         underutilized,
     )
 
     return [
         kv_cache.check,
+        kv_transfer.check,
+        progress.check,
+        speculative.check,
         prefill.check,
         saturation.check,
         prefix.check,

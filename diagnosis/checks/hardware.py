@@ -1,11 +1,13 @@
 """gpu_hardware_fault: a critical XID, a failed row remap, a GPU lost from the bus. The XID
 catalog gives meaning and action; dcgm-exporter's sticky last-XID gauge counts only if it
-appeared or changed inside the window (its value alone may be days old). An XID the catalog
+appeared or changed inside the window (its value alone may be days old), or, for an XID that
+needs the GPU reset or the node drained, in the baseline window before it: nobody reset the GPU
+since, so the fault is still there (wtdcode/vllm-backport#62: XID 48, then the engine hung). An XID the catalog
 does not know is treated as needing a GPU reset, as the GPUXidResetRequired alert does."""
 
 from __future__ import annotations
 
-from diagnosis.checks import Context, Hit, Parts, View, labels_of, scoped_findings, value
+from diagnosis.checks import Context, Hit, Parts, Value, View, labels_of, scoped_findings, value
 from diagnosis.findings import Evidence, Finding, Severity
 from kvscope.xid_catalog import CATALOG, Bucket
 from kvscope.xid_catalog import describe as xid_describe
@@ -27,8 +29,9 @@ def _line(code: int) -> float:
     return 0.0 if code in _CERTAIN or code not in CATALOG else 1.0
 
 
-def _faults(view: View) -> list[tuple[dict[str, str], int | None, Evidence]]:
-    """(labels, XID or None for a failed row remap, evidence) for every fault on one GPU."""
+def _faults(view: View, before: Value | None = None) -> list[tuple[dict[str, str], int | None, Evidence]]:
+    """(labels, XID or None for a failed row remap, evidence) for every fault on one GPU;
+    `before`: the sticky gauge's change in the baseline window."""
     faults: list[tuple[dict[str, str], int | None, Evidence]] = []
     for name in ("xid_increase", "xid_window_max"):  # kvscope's counter; dcgm-exporter's windowed count
         for v in view.get(name, []):
@@ -36,6 +39,10 @@ def _faults(view: View) -> list[tuple[dict[str, str], int | None, Evidence]]:
             if v.value > 0 and code.isdigit() and all(f[1] != int(code) for f in faults):
                 faults.append((v.labels, int(code), Evidence(v.query, v.value, _line(int(code)), v.labels, name)))
     changed, last = value(view, "xid_changed"), value(view, "xid_last")
+    fatal = bool(last) and xid_describe(int(last or 0)).bucket in (Bucket.RESET_GPU, Bucket.DRAIN_NODE)
+    if not changed and before is not None and before.value and fatal and not faults:  # never reset since
+        evidence_ = Evidence(before.query, before.value, 0.0, labels_of(view), "xid_changed")
+        faults.append((labels_of(view), int(last or 0), evidence_))
     if changed and last and not faults:
         seen = view["xid_changed"][0]  # it appeared or changed in the window: a new XID
         faults.append(
@@ -65,7 +72,7 @@ def _bucket(code: int | None) -> Bucket:
 
 def check(ctx: Context) -> list[Finding]:
     def judge(view: View) -> Hit | None:
-        faults = _faults(view)
+        faults = _faults(view, ctx.before(view, "xid_changed"))
         if not faults:
             return None
         worst = max(faults, key=lambda f: _RANK[_bucket(f[1])])

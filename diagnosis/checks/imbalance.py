@@ -1,7 +1,11 @@
 """load_imbalance: engines or replicas of one model where some are saturated (a queue, a full KV
-pool, queue time past its limit) while siblings sit idle (nothing waiting, KV nearly empty).
+pool, queue time past its limit) while siblings sit idle (nothing waiting, KV nearly empty), or
+where the load moved: the model's total request rate is what it was before the window, but
+saturated members gained what their siblings lost (a prefix-affine router sending a hot prefix
+to one replica, vllm-project/production-stack#1035; DP ranks stacking, vllm-project/vllm#36748).
 vLLM's data-parallel engines are told apart by the `engine` label; replicas by pod or instance.
-More capacity would not help: the load is not spread."""
+More capacity would not help: the load is not spread. The siblings that lost load are members
+too: what follows there (their prefix hit rate falls as the shared traffic leaves) is explained."""
 
 from __future__ import annotations
 
@@ -26,6 +30,30 @@ def _idle(ctx: Context, view: View) -> bool:
     return (value(view, "waiting_max") or 0) < 1 and kv is not None and kv < ctx.limit(t.IMBALANCE_IDLE_KV)
 
 
+def _rates(ctx: Context, view: View) -> tuple[float, float] | None:
+    """(now, before) of what arrives at a member: kvscope serve's admissions, else vLLM's finishes."""
+    for name in ("arrival_rate", "request_rate"):
+        now, before = value(view, name), ctx.before(view, name)
+        if now is not None and before is not None:
+            return now, before.value
+    return None
+
+
+def _moved(ctx: Context, views: list[View]) -> tuple[list[View], list[View]] | None:
+    """(members that gained load, members that lost it) when the group's total held and the load
+    moved between them by at least the change ratio each way; None otherwise."""
+    rates = [(v, r) for v in views if (r := _rates(ctx, v)) is not None]
+    if len(rates) < 2:
+        return None
+    factor = ctx.limit(t.CHANGE_RATIO)
+    now, before = sum(r[0] for _, r in rates), sum(r[1] for _, r in rates)
+    if before <= 0 or not 1 / factor < now / before < factor:
+        return None  # the model's load itself changed: not a question of spreading it
+    gained = [v for v, (n, b) in rates if b > 0 and n >= factor * b]
+    lost = [v for v, (n, b) in rates if b > 0 and n * factor <= b]
+    return (gained, lost) if gained and lost else None
+
+
 def check(ctx: Context) -> list[Finding]:
     groups: dict[tuple[str, str], list[View]] = defaultdict(list)
     for view in ctx.engines.values():
@@ -37,6 +65,9 @@ def check(ctx: Context) -> list[Finding]:
             continue
         busy = [v for v in views if _saturated(ctx, v)]
         idle = [v for v in views if _idle(ctx, v)]
+        moved = _moved(ctx, views)
+        if moved is not None and (not busy or not idle):
+            busy, idle = [v for v in moved[0] if _saturated(ctx, v)], moved[1]
         if not busy or not idle:
             continue
         busy.sort(key=lambda v: -(value(v, "waiting_max") or 0))
@@ -57,7 +88,7 @@ def check(ctx: Context) -> list[Finding]:
                     f"{'is' if len(busy) == 1 else 'are'} saturated (up to {value(worst, 'waiting_max') or 0:.0f} "
                     f"waiting) while {len(idle)} sit idle."
                 ),
-                affected=[affected(labels_of(v)) for v in busy],
+                affected=[affected(labels_of(v)) for v in (*busy, *idle)],
                 evidence=ev,
                 remediation=(
                     [

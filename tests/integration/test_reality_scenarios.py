@@ -39,8 +39,10 @@ def _run(reality, case: Case):
     )
 
 
-def test_both_libraries_cover_the_vocabulary():
-    ids = {s.expected for s in scenarios()} | {i for c in CASES for i, _ in c.expected}
+def test_the_libraries_and_both_splits_cover_the_vocabulary():
+    from tests.scenarios import reality2
+
+    ids = {s.expected for s in scenarios()} | {i for c in CASES + reality2.cases() for i, _ in c.expected}
     assert ids == set(VOCABULARY)
 
 

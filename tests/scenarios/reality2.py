@@ -201,7 +201,6 @@ def healthy_cases() -> list[Case]:
 
 
 def fault_cases() -> list[Case]:
-    hol_wait = replace(H, waiting=30, running=10, queue=(2.0, 10.0), ttft=(2.5, 12.0))
     stalled = replace(H, stalled=True, running=1, waiting=5, util=100, power=250)
     return [
         Case(
@@ -297,7 +296,15 @@ def fault_cases() -> list[Case]:
                 {
                     1: _at(
                         38,
-                        replace(NIXL, kv_transfer_failures=3.0, kv_transfer_time=(0.5, 8.0), **_fields(hol_wait)),
+                        replace(
+                            NIXL,
+                            kv_transfer_failures=3.0,
+                            kv_transfer_time=(0.5, 8.0),
+                            waiting=30,
+                            running=10,
+                            queue=(2.0, 10.0),
+                            ttft=(2.5, 12.0),
+                        ),
                         NIXL,
                     ),
                     2: _at(
@@ -353,16 +360,17 @@ def fault_cases() -> list[Case]:
         Case(
             "ecc-fault-stalls-its-engine",
             {("gpu_hardware_fault", "node-xs-1")},
-            fleet("xs", {1: lambda m: replace(stalled, xid=48) if m >= 41 else replace(H, xid=48) if m >= 40 else H}),
-            "wtdcode/vllm-backport#62: XID 48 (double-bit ECC in HBM) on GPU 2, then its engine hangs: the "
-            "stall is a symptom of the hardware fault, not a second incident",
+            _with(
+                fleet(
+                    "xs", {1: lambda m: replace(stalled, xid=48) if m >= 41 else replace(H, xid=48) if m >= 40 else H}
+                ),
+                instance_style="bare",
+            ),
+            "wtdcode/vllm-backport#62, on one machine as there: XID 48 (double-bit ECC in HBM) 17 minutes "
+            "before --at, then its engine hangs: the stall is a symptom of the hardware fault, not a second "
+            "incident",
         ),
     ]
-
-
-def _fields(state: State) -> dict[str, object]:
-    """The queue and latency fields of `state`, to lay over another state."""
-    return {k: getattr(state, k) for k in ("waiting", "running", "queue", "ttft")}
 
 
 def cases() -> list[Case]:

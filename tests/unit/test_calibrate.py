@@ -84,6 +84,14 @@ def test_a_slower_engine_gets_looser_latency_limits_on_bucket_edges(tmp_path: Pa
     assert config.thresholds.value(t.KV_USAGE_CRITICAL) == t.KV_USAGE_CRITICAL.value  # not a latency
     assert (tmp_path / "kvscope.drill.yaml").stat().st_mode & 0o077 == 0
     assert "2.00x looser" in drill_config.described(config, 2.0)
+    # the QoS classes' leads are time too: twice as long on an engine twice as slow
+    from kvscope import tuning
+    from serving.gateway_config import GatewayConfig
+
+    qos = config.section("gateway", GatewayConfig).qos
+    assert {c.name: c.delay_ms for c in qos.classes} == {k: 2 * v.value for k, v in tuning.QOS_DELAY_MS.items()}
+    assert qos.classes[-1].kv_share is not None  # the lane's share is not a time: kept
+    assert "QoS delays interactive 0 s, standard 30 s, bulk 120 s" in drill_config.described(config, 2.0)
 
 
 def test_the_users_own_file_is_kept_under_the_scaling(tmp_path: Path):

@@ -1,0 +1,76 @@
+"""Metamorphic transforms: the same fleet in another shape. A verdict, its active incidents and
+their scopes must not change when only the data's shape does: more healthy nodes beside it, the
+other spelling of the host label, the instance relabelled to the pod's name, an unrelated healthy
+model, another scrape step, a longer window (issue 20). A transform that changes a verdict is a
+bug in the check, not in the transform.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+
+from tests.scenarios import library, reality, reality2
+from tests.scenarios.fleet import Instance, State
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """One case as the suite runs it: its instances, how it was recorded and diagnosed."""
+
+    name: str
+    instances: list[Instance] = field(default_factory=list)
+    extras: bool = False  # kvscope serve's own series (library scenarios that need them)
+    step: float = 30.0  # seconds between samples
+    window: float = 900.0  # the diagnosis window
+
+
+def _healthy(name: str, count: int, model: str | None = None) -> list[Instance]:
+    """`count` healthy instances that differ by seed (load, KV, latency), not exact copies."""
+    out = []
+    for i in range(count):
+        k = zlib.crc32(f"{name}-{i}".encode()) % 1000 / 1000  # 0..1, fixed per name
+        state = replace(
+            State(), rate=4.0 + 2.0 * k, kv=0.35 + 0.2 * k, running=15 + 10 * k, util=55 + 20 * k, temp=58 + 8 * k
+        )
+        inst = Instance(f"vllm-{name}-{i}", lambda m, s=state: s)
+        out.append(replace(inst, model=model) if model else inst)
+    return out
+
+
+def _restyled(f: Fleet, **kw: object) -> Fleet:
+    return replace(f, instances=[replace(i, **kw) for i in f.instances])  # type: ignore[arg-type]
+
+
+TRANSFORMS: dict[str, Callable[[Fleet], Fleet | None]] = {
+    "hostname": lambda f: _restyled(f, host_label="hostname"),
+    "instance-is-the-pod": lambda f: (
+        None if any(i.instance_style != "host" for i in f.instances) else _restyled(f, instance_style="pod")
+    ),
+    "other-healthy-model": lambda f: replace(f, instances=[*f.instances, *_healthy("om", 3, "qwen-2.5-7b")]),
+    "8x-healthy-nodes": lambda f: replace(f, instances=[*f.instances, *_healthy("hx", 8 * len(f.instances))]),
+    "step-15s": lambda f: replace(f, step=15.0),
+    "step-60s": lambda f: replace(f, step=60.0),
+    "window-30m": lambda f: replace(f, window=1800.0),
+}
+
+
+def fleets() -> list[tuple[Fleet, set[str]]]:
+    """Every case of the library and both reality splits, with the names the original names."""
+    out = [(Fleet(s.name, s.instances, s.kvscope_extras), {i.name for i in s.instances}) for s in library.scenarios()]
+    for case in (*reality.cases(), *reality2.cases()):
+        out.append((Fleet(case.name, case.instances), {i.name for i in case.instances}))
+    return out
+
+
+def variants(per_case: int | None = None) -> Iterator[tuple[str, Fleet, Fleet]]:
+    """(transform, original, transformed) for each case; `per_case`: that many transforms per case,
+    rotating through them (every transform meets a share of the cases), else all of them."""
+    names = list(TRANSFORMS)
+    for n, (original, _) in enumerate(fleets()):
+        chosen = names if per_case is None else [names[(n * per_case + j) % len(names)] for j in range(per_case)]
+        for transform in chosen:
+            shaped = TRANSFORMS[transform](original)
+            if shaped is not None:
+                yield transform, original, replace(shaped, name=f"{original.name}~{transform}")

@@ -1,0 +1,52 @@
+"""A real Prometheus holding fleets recorded at different scrape steps: one OpenMetrics file per
+step, each backfilled into the same TSDB (promtool writes blocks side by side), served read-only."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from diagnosis.run import Request, run
+from drill import prometheus_server as prometheus
+from drill.launcher import running
+from kvscope.promql import Selector
+from tests.scenarios.fleet import Simulation, openmetrics
+from tests.scenarios.reality import names_of
+from tests.scenarios.transforms import Fleet
+
+MINUTES = 60  # recorded: the diagnosis runs at minute 57
+AT_MINUTE = 57.0
+Verdict = tuple[str, list[tuple[str, tuple[str, ...]]]]  # bottleneck, sorted (active incident, names)
+
+
+def verdict(url: str, start: float, fleet: Fleet) -> Verdict:
+    """What the diagnosis says of one fleet: its bottleneck and its active incidents' scopes."""
+    result = run(
+        Request(
+            prometheus=url, at=start + AT_MINUTE * 60, window=fleet.window, selector=Selector.of(scenario=fleet.name)
+        )
+    )
+    active = [(i.id, tuple(sorted(names_of(i.affected)))) for i in result.incidents if i.status == "active"]
+    return result.bottleneck, sorted(active)
+
+
+@contextlib.contextmanager
+def store(work: Path, fleets: Sequence[Fleet]) -> Iterator[tuple[str, float]]:
+    """(Prometheus URL, the recording's start) over every fleet, each labelled scenario=<name>."""
+    start = time.time() - (MINUTES + 2) * 60
+    by_step: dict[float, list[Fleet]] = defaultdict(list)
+    for fleet in fleets:
+        by_step[fleet.step].append(fleet)
+    data = work / "data"
+    for step, group in by_step.items():
+        sims = [Simulation(f.instances, {"scenario": f.name}, f.extras, start=start) for f in group]
+        path = work / f"series-{int(step)}s.om"
+        path.write_text(openmetrics(sims, start, MINUTES, step=step))
+        prometheus.backfill(path, data)
+        path.unlink()
+    server = prometheus.start(work / "prometheus", {}, storage=data, retention="30d")
+    with running(server, ready_path="/-/ready", timeout=60) as ready:
+        yield ready.base_url, start
