@@ -92,6 +92,7 @@ MEASURES: tuple[Measure, ...] = (
     # step 1: KV cache
     _m("kv_usage_max", E, Kind.GAUGE_MAX, c.VLLM_KV_CACHE_USAGE, help="peak KV-cache usage"),
     _m("kv_usage_avg", E, Kind.GAUGE_AVG, c.VLLM_KV_CACHE_USAGE, help="mean KV-cache usage"),
+    _m("kv_usage_last", E, Kind.GAUGE_LAST, c.VLLM_KV_CACHE_USAGE, help="KV-cache usage at the end"),
     # step 2: queue
     _m("waiting_max", E, Kind.GAUGE_MAX, c.VLLM_REQUESTS_WAITING, help="peak waiting requests"),
     _m("waiting_avg", E, Kind.GAUGE_AVG, c.VLLM_REQUESTS_WAITING, help="mean waiting requests"),

@@ -26,8 +26,13 @@ def _saturated(ctx: Context, view: View) -> bool:
 
 
 def _idle(ctx: Context, view: View) -> bool:
-    kv = value(view, "kv_usage_avg")
-    return (value(view, "waiting_max") or 0) < 1 and kv is not None and kv < ctx.limit(t.IMBALANCE_IDLE_KV)
+    """Nothing waiting and the KV pool nearly empty, over the window or, judged where it holds,
+    at its end (a sibling idle since the hot one took its load; a longer window must not dilute it)."""
+    limit = ctx.limit(t.IMBALANCE_IDLE_KV)
+    kv, kv_now, waiting_now = value(view, "kv_usage_avg"), value(view, "kv_usage_last"), value(view, "waiting_last")
+    over_the_window = (value(view, "waiting_max") or 0) < 1 and kv is not None and kv < limit
+    at_the_end = waiting_now is not None and waiting_now < 1 and kv_now is not None and kv_now < limit
+    return over_the_window or at_the_end
 
 
 def _rates(ctx: Context, view: View) -> tuple[float, float] | None:

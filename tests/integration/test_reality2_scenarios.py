@@ -22,12 +22,7 @@ pytestmark = pytest.mark.integration
 CASES = cases()
 # not right yet (issue 20: what each needs), strict: a fix turns it into a failure to remove here
 NOT_YET = {
-    "spec-decode-acceptance-collapse": "spec_decode_inefficient: per-token time and acceptance",
-    "stall-with-health-green": "engine_stall: counters frozen with requests in flight",
     "dp-ranks-two-hot": "load_imbalance before the hot ranks' KV exhaustion",
-    "prefix-affinity-hot-replica": "load_imbalance across replicas of one model",
-    "nixl-failures-and-late-thermal": "kv_transfer_failure: NIXL's failed transfers",
-    "ecc-fault-stalls-its-engine": "a fatal XID that began before the window, still on the sticky gauge",
 }
 
 
