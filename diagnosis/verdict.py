@@ -20,7 +20,7 @@ from diagnosis.findings import (
     describe,
 )
 from diagnosis.incidents import Incident, group
-from diagnosis.measures import BY_NAME, MEASURES, REQUIRED, Entity, Measurements
+from diagnosis.measures import BY_NAME, MEASURES, REQUIRED, Entity, Measurements, entity_key
 from kvscope import exitcodes
 from kvscope import thresholds as t
 from kvscope.config import Config
@@ -199,7 +199,8 @@ def _where(incident: Incident) -> str:
 
 # states of the hardware judged where they hold: over the end of the window as well as all of it
 PRESENT_JUDGED = frozenset({"thermal_power_throttling", "pcie_bottleneck", "gpu_memory_pressure"})
-PRESENT_MEASURES = tuple(m for m in MEASURES if m.entity is Entity.GPU)
+SEEN_NOW = "running_max"  # an engine with no sample of it at the end of the window is gone now
+PRESENT_MEASURES = (*(m for m in MEASURES if m.entity is Entity.GPU), BY_NAME[SEEN_NOW])
 
 
 def _present_findings(
@@ -210,8 +211,12 @@ def _present_findings(
     seen = {(f.id, f.scope) for f in findings}
     # the GPUs at the end of the window beside the engines of the whole of it (their budgets, joins)
     engines = {k: v for k, v in m.values.items() if k in BY_NAME and BY_NAME[k].entity is Entity.ENGINE}
-    merged = dataclasses.replace(present, values={**engines, **present.values}, baseline=m.baseline)
+    gpus = {k: v for k, v in present.values.items() if k != SEEN_NOW}
+    merged = dataclasses.replace(present, values={**engines, **gpus}, baseline=m.baseline)
     ctx = Context.of(merged, config.thresholds, config.gpu_models)
+    if present.values.get(SEEN_NOW):  # engines answered at the end: those that did not are gone now
+        now = {entity_key(v.labels, Entity.ENGINE) for v in present.values[SEEN_NOW]}
+        ctx.gone += [labels_of(view) for key, view in ctx.engines.items() if key not in now]
     out = []
     for finding in (f for check in all_checks() for f in check(ctx)):
         if finding.id in PRESENT_JUDGED and (finding.id, finding.scope) not in seen:

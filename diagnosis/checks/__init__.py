@@ -35,7 +35,8 @@ class Context:
     models: GpuModels = DEFAULT_MODELS
     scopes: Scopes = field(default_factory=Scopes)
     baseline: dict[Key, View] = field(default_factory=dict)  # the same entities, the window before
-    gone: list[dict[str, str]] = field(default_factory=list)  # labels of engines seen only before the window
+    # labels of engines gone: seen only before the window, or (judged at its end) silent since
+    gone: list[dict[str, str]] = field(default_factory=list)
 
     @classmethod
     def of(cls, m: Measurements, limits: Thresholds = DEFAULTS, models: GpuModels = DEFAULT_MODELS) -> Context:
@@ -102,14 +103,15 @@ class Context:
         GPUMemoryFull joins the same way, so the two agree."""
         shares = []
         scope = self.scopes.of_labels(gpu_labels)
-        live = [view for view in self.engines.values() if self.scope(view) == scope]
+        gone = [labels for labels in self.gone]
+        live = [view for view in self.engines.values() if self.scope(view) == scope and labels_of(view) not in gone]
         for view in live:
             for v in view.get("cache_config", []):
                 try:
                     shares.append(float(v.labels["gpu_memory_utilization"]))
                 except (KeyError, ValueError):
                     continue
-        if not live and any(self.scopes.of_labels(labels) == scope for labels in self.gone):
+        if not live and any(self.scopes.of_labels(labels) == scope for labels in gone):
             return 0.0  # its engine is gone: nothing of vLLM's should hold the GPU's memory
         return max(shares) if shares else None
 

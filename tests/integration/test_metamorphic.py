@@ -17,10 +17,7 @@ from tests.scenarios.verdicts import store, verdict
 
 pytestmark = pytest.mark.integration
 # found by this suite, not fixed yet (strict: the fix must remove it here)
-KNOWN = {
-    ("window-30m", "orphans-hold-the-memory"): "an engine that died inside the window is not yet judged gone: "
-    "an engine counts as gone only when it is absent from the whole window, not when its series stopped before the end",
-}
+KNOWN: dict[tuple[str, str], str] = {}
 VARIANTS = [
     pytest.param(t, o, v, marks=pytest.mark.xfail(strict=True, reason=KNOWN[t, o.name]))
     if (t, o.name) in KNOWN
