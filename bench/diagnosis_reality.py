@@ -11,15 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from diagnosis.run import Request, run
-from kvscope.promql import Selector
 from tests.scenarios import reality, reality2
-from tests.scenarios.backfill import backfilled
-from tests.scenarios.fleet import Simulation, openmetrics
-from tests.scenarios.reality import DIAGNOSE_AT, names_of, score
+from tests.scenarios.reality import diagnosed, names_of, recorded, score
 
 SPLITS = {"1": reality.cases, "2": reality2.cases}
 
@@ -39,19 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="kvscope-reality-"))
     library = SPLITS[args.split]()
-    start = time.time() - 62 * 60
-    sims = [Simulation(c.instances, {"scenario": c.name}, start=start) for c in library]
     rows, right = [], 0
-    with backfilled(work, openmetrics(sims, start, 60)) as server:
+    with recorded(work, library) as served:
         for case in library:
-            result = run(
-                Request(
-                    prometheus=server.base_url,
-                    at=start + DIAGNOSE_AT * 60,
-                    window=900,
-                    selector=Selector.of(scenario=case.name),
-                )
-            )
+            result = diagnosed(served, case)
             ok, why = score(case, incidents(result))
             right += ok
             found = ", ".join(sorted(f"{i} ({'/'.join(sorted(n)) or 'fleet'})" for i, n in incidents(result)))

@@ -5,18 +5,13 @@ that fixes one must say so here. A burst that cleared is listed as recovered and
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
 
-from diagnosis.run import Request, run
 from kvscope import exitcodes
-from kvscope.promql import Selector
-from tests.scenarios.backfill import backfilled
-from tests.scenarios.fleet import Simulation, openmetrics
-from tests.scenarios.reality import Case, names_of, score
-from tests.scenarios.reality2 import DIAGNOSE_AT, cases
+from tests.scenarios.reality import Case, diagnosed, names_of, recorded, score
+from tests.scenarios.reality2 import cases
 
 pytestmark = pytest.mark.integration
 CASES = cases()
@@ -28,18 +23,12 @@ NOT_YET = {
 
 @pytest.fixture(scope="module")
 def split2(tmp_path_factory) -> Iterator[tuple[str, float]]:
-    work = tmp_path_factory.mktemp("reality2")
-    start = time.time() - 62 * 60
-    sims = [Simulation(c.instances, {"scenario": c.name}, start=start) for c in CASES]
-    with backfilled(work, openmetrics(sims, start, 60)) as ready:
-        yield ready.base_url, start
+    with recorded(tmp_path_factory.mktemp("split2"), CASES) as served:
+        yield served
 
 
 def _run(split2, case: Case):
-    url, start = split2
-    return run(
-        Request(prometheus=url, at=start + DIAGNOSE_AT * 60, window=900, selector=Selector.of(scenario=case.name))
-    )
+    return diagnosed(split2, case)
 
 
 def test_the_split_cites_its_sources_and_holds_enough_healthy_fleets():

@@ -17,7 +17,7 @@ from kvscope.promql import Selector
 from tests.scenarios.backfill import backfilled
 from tests.scenarios.fleet import Simulation, openmetrics
 from tests.scenarios.library import scenarios
-from tests.scenarios.reality import DIAGNOSE_AT, Case, cases, names_of, score
+from tests.scenarios.reality import DIAGNOSE_AT, Case, cases, diagnosed, names_of, recorded, score
 
 pytestmark = pytest.mark.integration
 CASES = cases()
@@ -25,18 +25,12 @@ CASES = cases()
 
 @pytest.fixture(scope="module")
 def reality(tmp_path_factory) -> Iterator[tuple[str, float]]:
-    work = tmp_path_factory.mktemp("reality")
-    start = time.time() - 62 * 60
-    sims = [Simulation(c.instances, {"scenario": c.name}, start=start) for c in CASES]
-    with backfilled(work, openmetrics(sims, start, 60)) as ready:
-        yield ready.base_url, start
+    with recorded(tmp_path_factory.mktemp("reality"), CASES) as served:
+        yield served
 
 
 def _run(reality, case: Case):
-    url, start = reality
-    return run(
-        Request(prometheus=url, at=start + DIAGNOSE_AT * 60, window=900, selector=Selector.of(scenario=case.name))
-    )
+    return diagnosed(reality, case)
 
 
 def test_the_libraries_and_both_splits_cover_the_vocabulary():

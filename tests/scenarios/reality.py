@@ -14,9 +14,17 @@ names as affected); the diagnosis must give exactly that set (healthy: none at a
 
 from __future__ import annotations
 
+import contextlib
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
-from tests.scenarios.fleet import Behaviour, Instance, State, after, fleet
+from diagnosis.run import Request, run
+from diagnosis.verdict import Diagnosis
+from kvscope.promql import Selector
+from tests.scenarios.backfill import backfilled
+from tests.scenarios.fleet import Behaviour, Instance, Simulation, State, after, fleet, openmetrics
 from tests.scenarios.library import AVALANCHE, HOL
 
 DIAGNOSE_AT = 57.0
@@ -320,3 +328,21 @@ def score(case: Case, incidents: list[tuple[str, set[str]]]) -> tuple[bool, str]
     if extra:
         why.append("extra " + ", ".join(f"{i} on {'/'.join(n) or 'fleet'}" for i, n in extra))
     return not why, "; ".join(why)
+
+
+@contextlib.contextmanager
+def recorded(work: Path, split: list[Case]) -> Iterator[tuple[str, float]]:
+    """A real Prometheus holding every case of a split an hour back, one `scenario` label each:
+    (its URL, the recording's start)."""
+    start = time.time() - 62 * 60
+    sims = [Simulation(c.instances, {"scenario": c.name}, start=start) for c in split]
+    with backfilled(work, openmetrics(sims, start, 60)) as ready:
+        yield ready.base_url, start
+
+
+def diagnosed(prometheus: tuple[str, float], case: Case) -> Diagnosis:
+    """The diagnosis of one case at DIAGNOSE_AT over the split's window."""
+    url, start = prometheus
+    return run(
+        Request(prometheus=url, at=start + DIAGNOSE_AT * 60, window=900, selector=Selector.of(scenario=case.name))
+    )
