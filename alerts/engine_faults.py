@@ -25,11 +25,12 @@ def engine_alerts(config: Config) -> list[Alert]:
         transfer_expr = transfer_expr.or_(_rate_over(signal, config).gt(failing.value))
     reason = {"reason": "max_num_queued_reqs"}
     stall = lim[t.ENGINE_STALL]
-    in_flight = metric(c.VLLM_REQUESTS_RUNNING, sel).sum(ENGINE) + metric(c.VLLM_REQUESTS_WAITING, sel).sum(ENGINE)
+    rank = (*ENGINE, "engine")  # per data-parallel engine: one hung rank beside healthy ones
+    in_flight = metric(c.VLLM_REQUESTS_RUNNING, sel).sum(rank) + metric(c.VLLM_REQUESTS_WAITING, sel).sum(rank)
     no_progress = (
         in_flight.ge(stall.value)
-        .and_(_rate_over(c.VLLM_GENERATION_TOKENS, config).eq(0))
-        .and_(_rate_over(c.VLLM_PROMPT_TOKENS, config).eq(0))
+        .and_(metric(c.VLLM_GENERATION_TOKENS, sel).rate("5m").sum(rank).eq(0))
+        .and_(metric(c.VLLM_PROMPT_TOKENS, sel).rate("5m").sum(rank).eq(0))
     )
     frozen = {fx.engine(c.VLLM_GENERATION_TOKENS): "500x20", fx.engine(c.VLLM_PROMPT_TOKENS): "9000x20"}
     return [
@@ -39,8 +40,9 @@ def engine_alerts(config: Config) -> list[Alert]:
             "critical",
             "vLLM makes no progress with requests in flight.",
             '{{ $labels.instance }} has {{ $value | printf "%.0f" }} requests running or waiting and has '
-            "prefilled and generated nothing for 5 minutes while it still answers its scrape: a hang (NCCL, "
-            "a deadlocked worker, a KV load that never returns) that /health does not see.",
+            "prefilled and generated nothing for 10 minutes (a 5-minute rate, held 5 minutes) while it still "
+            "answers its scrape: a hang (NCCL, a deadlocked worker, a KV load that never returns) that /health "
+            "does not see; or its gauges are stale after a mass abort (vllm-project/vllm#22545): check /metrics.",
             explained_by=("engine_stall", "gpu_hardware_fault"),
             fires=Case(
                 {**frozen, fx.engine(c.VLLM_REQUESTS_RUNNING): "2x20", fx.engine(c.VLLM_REQUESTS_WAITING): "3x20"},

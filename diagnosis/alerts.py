@@ -102,3 +102,13 @@ def explain(alerts: list[Firing], incidents: list[Incident]) -> list[Firing]:
 
 def unexplained(alerts: list[Firing]) -> list[Firing]:
     return [a for a in alerts if a.explainers and a.explained_by is None]
+
+
+def keep_active(incidents: list[Incident], firing: list[Firing], since: float) -> None:
+    """An incident whose signals cleared while an alert it explains still fired after `since`
+    has not recovered (a burst that recurs, a rule with a longer window): it stays active."""
+    for incident in incidents:
+        if incident.ended is None:
+            continue
+        if any(a.last >= since and incident.id in a.explainers and matches(a, incident.affected) for a in firing):
+            incident.ended = None

@@ -86,6 +86,7 @@ def run(request: Request) -> Diagnosis:
                 )
             span = request.window + (request.baseline or request.window)
             onset.find(prom, result.incidents, request.at, span, present_span)
+            alerts.keep_active(result.incidents, firing, request.at - present_span)
             for incident in result.incidents:
                 key = (incident.id, tuple(sorted(incident.scopes)))
                 if incident.onset is not None:

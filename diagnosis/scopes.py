@@ -84,9 +84,12 @@ class Scopes:
             if labels.get("instance"):
                 by_instance.setdefault(labels["instance"], key)
                 scopes._union(key, by_instance[labels["instance"]])
+        # a machine joins an engine to GPUs only: engines on one host without GPU series beside
+        # them stay their own scopes, named as before
         engine_machines = {m for labels in engines for m in _machines(labels, gpu=False)}
+        gpu_machines = {m for labels in gpus for m in _machines(labels, gpu=True)}
         for labels in engines:
-            for machine in _machines(labels, gpu=False):
+            for machine in _machines(labels, gpu=False) & gpu_machines:
                 scopes._add(f"machine/{machine}")
                 scopes._union(_engine_key(labels), f"machine/{machine}")
         for labels in gpus:

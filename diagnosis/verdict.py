@@ -216,7 +216,7 @@ def _present_findings(
     ctx = Context.of(merged, config.thresholds, config.gpu_models)
     if present.values.get(SEEN_NOW):  # engines answered at the end: those that did not are gone now
         now = {entity_key(v.labels, Entity.ENGINE) for v in present.values[SEEN_NOW]}
-        ctx.gone += [labels_of(view) for key, view in ctx.engines.items() if key not in now]
+        ctx.gone += [labels_of(view) for key, view in ctx.engines.items() if SEEN_NOW in view and key not in now]
     out = []
     for finding in (f for check in all_checks() for f in check(ctx)):
         if finding.id in PRESENT_JUDGED and (finding.id, finding.scope) not in seen:

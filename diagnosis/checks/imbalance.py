@@ -59,20 +59,40 @@ def _moved(ctx: Context, views: list[View]) -> tuple[list[View], list[View]] | N
     return (gained, lost) if gained and lost else None
 
 
+def _members(views: list[View]) -> list[View]:
+    """The engines and replicas of one model, without a server's own aggregate view: the series
+    kvscope serve writes for a whole instance (arrivals at its gateway, no `engine` label) are
+    not a sibling of that instance's engines."""
+    engines_of = {
+        (labels_of(v).get("instance", ""), labels_of(v).get("target", ""), labels_of(v).get("pod", ""))
+        for v in views
+        if labels_of(v).get("engine")
+    }
+    return [
+        v
+        for v in views
+        if labels_of(v).get("engine")
+        or (labels_of(v).get("instance", ""), labels_of(v).get("target", ""), labels_of(v).get("pod", ""))
+        not in engines_of
+    ]
+
+
 def check(ctx: Context) -> list[Finding]:
     groups: dict[tuple[str, str], list[View]] = defaultdict(list)
     for view in ctx.engines.values():
         labels = labels_of(view)
         groups[(labels.get("namespace", ""), labels.get("model_name", ""))].append(view)
     findings = []
-    for (_, model), views in groups.items():
+    for (_, model), every in groups.items():
+        views = _members(every)
         if len(views) < 2:
             continue
         busy = [v for v in views if _saturated(ctx, v)]
-        idle = [v for v in views if _idle(ctx, v)]
+        idle = [v for v in views if not _saturated(ctx, v) and _idle(ctx, v)]
         moved = _moved(ctx, views)
         if moved is not None and (not busy or not idle):
-            busy, idle = [v for v in moved[0] if _saturated(ctx, v)], moved[1]
+            busy = [v for v in moved[0] if _saturated(ctx, v)]
+            idle = [v for v in moved[1] if not _saturated(ctx, v)]
         if not busy or not idle:
             continue
         busy.sort(key=lambda v: -(value(v, "waiting_max") or 0))

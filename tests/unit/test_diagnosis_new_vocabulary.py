@@ -65,3 +65,57 @@ def test_failing_kv_transfers_past_their_line():
     assert one(kv_transfer.check, Context.of(measurements(engine={"kv_transfer_failures": limit / 2}))) is None
     waiting = {"kv_transfer_failures": 3.0, "queue_p99": 10.0}
     assert one(kv_transfer.check, Context.of(measurements(engine=waiting))).severity.value == "critical"
+
+
+def test_two_saturated_replicas_are_not_an_imbalance_because_one_just_emptied():
+    from diagnosis.checks import imbalance
+    from diagnosis.measures import Measurements
+
+    m = Measurements()
+    for pod, last in (("vllm-a", 0.12), ("vllm-b", 0.9)):
+        labels = {**ENGINE, "pod": pod, "instance": f"{pod}:8000"}
+        for name, v in {"kv_usage_max": 0.93, "kv_usage_avg": 0.8, "kv_usage_last": last, "waiting_max": 3,
+                        "waiting_last": 0, "queue_p99": 0.5}.items():  # fmt: skip
+            m.values.setdefault(name, []).append(Value(v, labels, f"q:{name}"))
+    assert imbalance.check(Context.of(m)) == []
+
+
+def test_an_engine_whose_cache_config_has_no_model_label_keeps_its_budget_at_the_end():
+    # vllm:cache_config_info carries no model_name: its view must not read as an engine gone now
+    from diagnosis.measures import Measurements
+    from tests.unit.test_diagnosis_checks import GPU
+
+    window = measurements(gpu={"fb_used_max": 0.955 * 81559, "fb_free_min": 0.04 * 81559})
+    config = {k: v for k, v in {**ENGINE, "instance": GPU["instance"]}.items() if k != "model_name"}
+    window.values["cache_config"] = [Value(1.0, {**config, "gpu_memory_utilization": "0.95"}, "q")]
+    window.values["running_max"] = [Value(20.0, {**ENGINE, "instance": GPU["instance"]}, "q")]
+    present = Measurements()
+    for name in ("fb_used_max", "fb_free_min", "fb_reserved", "gpu_util_avg"):
+        present.values[name] = list(window.values[name])
+    present.values["running_max"] = list(window.values["running_max"])
+    result = diagnose(window, 0, 900, "t", present=present)
+    assert "gpu_memory_pressure" not in {f.id for f in result.findings}, result.summary
+
+
+def test_engines_on_one_host_without_gpu_series_stay_apart():
+    from diagnosis.scopes import Scopes
+
+    a, b = {"instance": "node-a:8000"}, {"instance": "node-a:8001"}
+    scopes = Scopes.of([a, b], [])
+    assert (scopes.of_labels(a), scopes.of_labels(b), scopes.count()) == ("node-a:8000", "node-a:8001", 2)
+
+
+def test_a_servers_own_aggregate_view_is_not_a_sibling_of_its_engine():
+    # kvscope serve writes arrivals for the whole instance (no engine label) beside its engine's
+    # series: a saturated engine and its own gateway view are one replica (the drills' shape)
+    from diagnosis.checks import imbalance
+    from diagnosis.measures import Measurements
+
+    m = Measurements()
+    engine = {"instance": "127.0.0.1:9400", "target": "http://127.0.0.1:8000/metrics", "model_name": "m"}
+    for name, v in {"waiting_max": 25, "queue_p99": 9.0, "kv_usage_max": 0.5, "request_rate": 2.0}.items():
+        m.values.setdefault(name, []).append(Value(v, {**engine, "engine": "0"}, "q"))
+    m.values["arrival_rate"] = [Value(0.5, engine, "q")]
+    m.baseline["arrival_rate"] = [Value(3.0, engine, "q")]
+    m.baseline["request_rate"] = [Value(1.0, {**engine, "engine": "0"}, "q")]
+    assert imbalance.check(Context.of(m)) == []
