@@ -78,6 +78,13 @@ def _series() -> Iterator[tuple[str, dict[str, str], float]]:
         yield c.VLLM_ITL.name + "_bucket", {**e, "le": "+Inf"}, 20.0
         yield c.VLLM_ITL.name + "_count", e, 20.0
         yield c.VLLM_REQUEST_SUCCESS.name, {**e, "finished_reason": "stop"}, 1.0
+        # progress and per-token time: tokens flow, requests wait, a token within 10 ms
+        yield c.VLLM_GENERATION_TOKENS.name, e, 300.0
+        yield c.VLLM_PROMPT_TOKENS.name, e, 2000.0
+        yield c.VLLM_REQUESTS_WAITING.name, e, -3.0
+        yield c.VLLM_TPOT.name + "_bucket", {**e, "le": "0.01"}, 1.0
+        yield c.VLLM_TPOT.name + "_bucket", {**e, "le": "+Inf"}, 1.0
+        yield c.VLLM_TPOT.name + "_count", e, 1.0
     server = {k: v for k, v in ENGINE.items() if k != "pod"}
     yield c.VLLM_ADMISSION_REJECTIONS.name, {**server, "reason": "max_num_queued_reqs"}, 0.5
     for gpu in ("0", "1"):
