@@ -61,7 +61,8 @@ def test_every_gpu_alert_fires_on_the_new_names_as_on_the_old(shape, tmp_path):
     assert renamed >= 15  # utilisation, memory, clocks, temperature, power, XIDs, rows, PCIe
     (tmp_path / alert_build.RULES_FILE).write_text(yaml.safe_dump(rules))
     (tmp_path / "t.yaml").write_text(yaml.safe_dump(tests, width=1000))
-    rule_tests(tmp_path, "t.yaml")
+    result = rule_tests(tmp_path, "t.yaml")
+    assert result.returncode == 0, result.stdout[-3000:]
 
 
 def test_the_values_follow_the_unit():

@@ -128,7 +128,7 @@ def test_the_exact_engine_command_lines_are_accepted(argv):
     "argv",
     [
         ["/usr/bin/vllm-evil", "serve"],
-        [PY, "/tmp/vllm-evil", "serve"],
+        [PY, "/opt/tools/vllm-evil", "serve"],
         [PY, "evil.py", "-m", "vllm.entrypoints.openai.api_server"],
         [PY, "evil.py", "vllm.entrypoints.openai.api_server", "vllm serve"],
         [PY, "-c", "import vllm.entrypoints.openai.api_server", "-m", "vllm.entrypoints.openai.api_server"],

@@ -63,7 +63,8 @@ def test_promtool_checks_the_rules_and_the_prometheusrule_spec(tmp_path):
 
 @pytest.mark.slow  # promtool over every alert's cases (about 20 s)
 def test_promtool_unit_tests_prove_every_alert_fires_and_stays_silent_just_below():
-    rule_tests(ROOT / "alerts", *alert_build.TESTS_FILES)
+    result = rule_tests(ROOT / "alerts", *alert_build.TESTS_FILES)
+    assert result.returncode == 0, result.stdout[-3000:]
     tests = [
         t for name in alert_build.TESTS_FILES for t in yaml.safe_load((ROOT / "alerts" / name).read_text())["tests"]
     ]

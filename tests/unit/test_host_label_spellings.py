@@ -34,7 +34,8 @@ def test_gpu_alerts_fire_for_either_host_label(spelling, tmp_path, monkeypatch):
         "on node-7" in a["exp_annotations"]["description"] or "of node-7" in a["exp_annotations"]["description"]
         for a in on_host
     )
-    rule_tests(tmp_path, "t.yaml")
+    result = rule_tests(tmp_path, "t.yaml")
+    assert result.returncode == 0, result.stdout[-3000:]
 
 
 def test_a_gpu_without_a_host_label_is_named_by_its_scrape_target():

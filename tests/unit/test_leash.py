@@ -103,3 +103,4 @@ def test_stopping_a_server_stops_its_children_too(tmp_path: Path):
     family = _family([server.proc.pid])
     server.stop(grace=5)
     eventually(lambda: not [p for p in family if _alive(p)], timeout=30, what="the group gone")
+    assert not [p for p in family if _alive(p)]  # leash, server and its child

@@ -77,7 +77,8 @@ def test_the_selectors_reach_every_engine_and_gpu_query(generated):
 
 @pytest.mark.slow  # promtool over every alert's cases (about 20 s)
 def test_the_generated_promtool_tests_pass_for_the_new_numbers(generated):
-    rule_tests(generated["alerts"], *alert_build.TESTS_FILES)
+    result = rule_tests(generated["alerts"], *alert_build.TESTS_FILES)
+    assert result.returncode == 0, result.stdout[-3000:]
 
 
 def test_the_dashboards_draw_the_new_lines(generated):
