@@ -55,6 +55,16 @@ def _line(local: str, inode: int, state: str = "0A") -> str:
     return f"   0: {local} 00000000:0000 {state} 00000000:00000000 00:00000000 00000000     0        0 {inode} 1 0\n"
 
 
+def send_json(handler: BaseHTTPRequestHandler, code: int, body: object) -> None:
+    """Answer a stand-in API request with `body` as JSON."""
+    raw = json.dumps(body).encode()
+    handler.send_response(code)
+    handler.send_header("content-type", "application/json")
+    handler.send_header("content-length", str(len(raw)))
+    handler.end_headers()
+    handler.wfile.write(raw)
+
+
 class FakeProc:
     """A /proc tree: processes with a command line, a parent, sockets and their net tables."""
 
@@ -340,12 +350,7 @@ class FakeApiServer:
                     self._answer(200, {"kind": "PodList", "items": PODS})
 
             def _answer(self, code: int, body: dict) -> None:
-                raw = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
+                send_json(self, code, body)
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -585,12 +590,7 @@ class FakeKubelet:
             def do_GET(self) -> None:
                 outer.requests.append((self.path, self.headers.get("authorization", "")))
                 ok = self.path == "/pods" and self.headers.get("authorization") == f"Bearer {token}"
-                raw = json.dumps(KUBELET_PODS if ok else {"kind": "Status", "code": 401}).encode()
-                self.send_response(200 if ok else 401)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
+                send_json(self, 200 if ok else 401, KUBELET_PODS if ok else {"kind": "Status", "code": 401})
 
             def log_message(self, *args: object) -> None:
                 pass
