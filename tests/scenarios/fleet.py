@@ -459,19 +459,19 @@ class Simulation:
 def openmetrics(simulations: list[Simulation], start: float, minutes: float, step: float = 30.0) -> str:
     """Every series of every simulation at every step, grouped by family, as OpenMetrics."""
     families: dict[str, tuple[str, dict[tuple, list[str]]]] = {}
+    # a series' labels come in the same order at every step: its samples list is found by that
+    # order, and its sorted label text is written once (the same series in another order joins it)
+    known: dict[tuple, list[str]] = {}
     t = start
     for _ in range(int(minutes * 60 / step) + 1):
+        stamp = f"{t:.3f}"
         for sim in simulations:
             for kind, name, labels, value in sim.series():
-                family_type, _, family = kind.partition(":")
-                family = family or name
-                omtype = "histogram" if family_type == "histogram" else "counter" if kind == "counter" else "gauge"
-                if omtype == "counter":
-                    family = name.removesuffix("_total")
-                entry = families.setdefault(family, (omtype, {}))[1]
-                key = (name, tuple(sorted(labels.items())))
-                text = ",".join(f'{lk}="{lv}"' for lk, lv in sorted(labels.items()))
-                entry.setdefault(key, []).append(f"{name}{{{text}}} {value} {t:.3f}")
+                seen = (name, *labels.items())
+                samples = known.get(seen)
+                if samples is None:
+                    samples = known[seen] = _series_samples(families, kind, name, labels)
+                samples.append(f"{samples[0]} {value} {stamp}")
         for sim in simulations:
             sim.step(step)
         t += step
@@ -479,9 +479,25 @@ def openmetrics(simulations: list[Simulation], start: float, minutes: float, ste
     for family, (omtype, series) in families.items():
         lines.append(f"# TYPE {family} {omtype}")
         for samples in series.values():
-            lines.extend(samples)
+            lines.extend(samples[1:])
     lines.append("# EOF")
     return "\n".join(lines) + "\n"
+
+
+def _series_samples(
+    families: dict[str, tuple[str, dict[tuple, list[str]]]], kind: str, name: str, labels: dict[str, str]
+) -> list[str]:
+    """The samples list of one series in its family (created on first sight); its first item is
+    the series' name and label text."""
+    family_type, _, family = kind.partition(":")
+    family = family or name
+    omtype = "histogram" if family_type == "histogram" else "counter" if kind == "counter" else "gauge"
+    if omtype == "counter":
+        family = name.removesuffix("_total")
+    entry = families.setdefault(family, (omtype, {}))[1]
+    ordered = sorted(labels.items())
+    text = ",".join(f'{lk}="{lv}"' for lk, lv in ordered)
+    return entry.setdefault((name, tuple(ordered)), [f"{name}{{{text}}}"])
 
 
 def page(sim: Simulation) -> str:
