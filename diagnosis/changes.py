@@ -8,12 +8,15 @@ vLLM's own request counters and prompt histograms are written when a request end
 saturation they lag and lean toward the short requests that do finish; where only they exist,
 the request rate is the offered load, finished requests plus the queue's growth (never below 0).
 A change counts when a load signal moved by `change_ratio` either way (the prefix hit rate: by
-`change_hit_points`), when an engine restarted (its process start time moved, or its counters reset), when its KV-cache
-configuration labels differ, or when a pod serves another model.
+`change_hit_points`) by more than the windows' counting noise allows (NOISE_SIGMAS,
+MIN_FOR_MEAN, MIN_FOR_TAIL: a short baseline of a few dozen requests says little about a p99),
+when an engine restarted (its process start time moved, or its counters reset), when its
+KV-cache configuration labels differ, or when a pod serves another model.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from diagnosis.checks import Context, Key, View, first, labels_of, value
@@ -36,6 +39,31 @@ ARRIVALS: dict[str, str] = {
     "prompt_mean": "arrival_prompt_mean",
     "prompt_p99": "arrival_prompt_p99",
 }
+
+
+# A rate compared over two windows of W and B seconds moves by chance: N requests counted have a
+# Poisson spread of sqrt(N). A request-rate change counts beyond NOISE_SIGMAS of that spread; a
+# mean needs MIN_FOR_MEAN requests in each window, a p99 MIN_FOR_TAIL (one request in a hundred
+# beyond it). Long windows of a real fleet hold thousands; a compressed drill's, a few dozen.
+NOISE_SIGMAS = 3.0
+MIN_FOR_MEAN = 30.0
+MIN_FOR_TAIL = 100.0
+NEEDS: dict[str, float] = {"prompt_mean": MIN_FOR_MEAN, "output_mean": MIN_FOR_MEAN, "prompt_p99": MIN_FOR_TAIL}
+
+
+def _beyond_noise(now: float, past: float, spans: tuple[float, float]) -> bool:
+    """Whether rates `now` (over the window) and `past` (over the baseline) differ by more than
+    NOISE_SIGMAS of their Poisson spread."""
+    window, baseline = spans
+    spread = math.sqrt(max(now, 0.0) / window + max(past, 0.0) / baseline)
+    return abs(now - past) > NOISE_SIGMAS * spread
+
+
+def _too_few(name: str, rates: tuple[float, float] | None, spans: tuple[float, float] | None) -> bool:
+    """Whether either window counted fewer requests than the signal `name` needs (NEEDS)."""
+    if name not in NEEDS or rates is None or spans is None:
+        return False
+    return min(rates[0] * spans[0], rates[1] * spans[1]) < NEEDS[name]
 
 
 # A swamped engine finishes fewer requests while as many arrive (the rest wait): the request rate
@@ -65,11 +93,13 @@ def changes(ctx: Context) -> list[Change]:
     # kvscope serve's own series carry no `engine` label: where vLLM's engines of that instance
     # have views of their own, the gateway's view is read through them (_arrived), not again
     engined = {_without_engine(labels_of(v)) for v in ctx.engines.values() if labels_of(v).get("engine")}
+    spans = ctx.m.spans
     for view in ctx.engines.values():
         labels, where = labels_of(view), ctx.scope(view)
         scope = affected(labels)
         if not labels.get("engine") and _without_engine(labels) in engined:
             continue
+        rates: tuple[float, float] | None = None
         for name, signal in LOAD:
             pair = _arrived(ctx, view, ARRIVALS[name]) if name in ARRIVALS else None
             if pair is None:
@@ -83,6 +113,12 @@ def changes(ctx: Context) -> list[Change]:
                         max(0.0, pair[1] + _queue_growth(ctx.before(view, QUEUE_GROWTH))),
                     )
             a, b = pair
+            if name == "request_rate":
+                rates = pair
+                if spans is not None and not _beyond_noise(a, b, spans):
+                    continue
+            if _too_few(name, rates, spans):
+                continue  # too few requests in a window for its mean or tail to say anything
             if name == "prefix_hit":
                 if abs(a - b) >= points:
                     out.append(Change(signal, scope, round(b, 4), round(a, 4), None, where, _ratio(a, b)))

@@ -2,10 +2,11 @@
 
 The causal links are explicit (EXPLAINS) and hold only within one scope (a machine, or a pod
 where no machine is known): a throttled GPU explains slow decode on the engine it serves, never
-on another node. A load imbalance explains its saturated members' queues and KV pools, wherever
-they run, because the balancer in front of them is the one cause. Findings of a kind that is
-about how a fleet is configured (idle capacity, decode bound by HBM, gateway overhead) are one
-incident across the machines that show them.
+on another node; between two findings about GPUs themselves (PER_GPU), only on the same GPU. A
+load imbalance explains its saturated members' queues and KV pools, wherever they run, because
+the balancer in front of them is the one cause. Findings of a kind that is about how a fleet is
+configured (idle capacity, decode bound by HBM, gateway overhead) are one incident across the
+machines that show them.
 
 Incidents are ordered by severity, then the share of the fleet they affect, then confidence;
 ties fall back to the root-cause order of the vocabulary.
@@ -59,6 +60,9 @@ EXPLAINS: dict[str, frozenset[str]] = {
 }
 # findings about a fleet's configuration: one incident wherever they show
 FLEET_WIDE = frozenset({"gpu_underutilized", "decode_bandwidth_bound", "gateway_overhead"})
+# findings about one GPU's own state: one of them explains another only on the same GPU (an XID
+# on GPU 0 says nothing of GPU 1's heat on the same node: the combined drill)
+PER_GPU = frozenset({"gpu_hardware_fault", "thermal_power_throttling", "pcie_bottleneck", "gpu_memory_pressure"})
 
 
 @dataclass
@@ -133,6 +137,13 @@ def _explainer(incidents: list[Incident], finding: Finding, scopes: Scopes) -> I
             members = {scopes.of_labels(a) for a in incident.cause.affected}
             if finding.scope in members or finding.scope in incident.scopes:
                 return incident
-        elif finding.scope in incident.scopes:
+        elif finding.scope in incident.scopes and (
+            not {finding.id, incident.id} <= PER_GPU or _gpus(finding) & _gpus(incident.cause)
+        ):
             return incident
     return None
+
+
+def _gpus(finding: Finding) -> set[tuple[str, str]]:
+    """The GPUs a finding names on its scope (one machine), as (index, MIG instance)."""
+    return {(a["gpu"], a.get("GPU_I_ID", "")) for a in finding.affected if a.get("gpu")}

@@ -527,6 +527,8 @@ class Measurements:
     sources: list[dict[str, str]] = field(default_factory=list)  # {source, status, detail}
     onsets: dict[tuple[str, tuple[str, ...]], float] = field(default_factory=dict)  # (id, scopes) -> time
     ended: dict[tuple[str, tuple[str, ...]], float] = field(default_factory=dict)  # recovered: when
+    # seconds the window and the baseline span (None: not known, e.g. a bundle from before it)
+    spans: tuple[float, float] | None = None
 
     def get(self, name: str) -> list[Value]:
         return self.values.get(name, [])

@@ -18,7 +18,8 @@ def drill(
     scenario: Annotated[
         str,
         typer.Argument(
-            help="kv-avalanche | prefill-hol | prefix-miss | gpu-xid | thermal | pcie-degraded | memory-leak"
+            help="kv-avalanche | prefill-hol | prefix-miss | gpu-xid | thermal | pcie-degraded | memory-leak; "
+            "hardware faults joined by + run at once, the n-th on GPU n (gpu-xid+thermal)"
         ),
     ],
     profile: Annotated[

@@ -180,7 +180,7 @@ def write(
         "unanswered when the traffic stops are aborted (counted apart from failures; a short request's TTFT "
         "then counts as the time it had waited, a lower bound).",
         f"- {calibration.line() if calibration else 'calibration: none'}",
-        f"- Expected: alert {' or '.join(scenario.alerts)}; diagnosis `{scenario.expected}`.",
+        f"- Expected: {scenario.expectation()}.",
         f"- Alert rules: `alerts/kvscope-rules.yaml` with every duration divided by {speedup:g} "
         f"(`for: 5m` waits {scaled('5m', speedup)}) so alerts fire within a short drill.",
         f"- Result: **{verdict}**",
@@ -218,6 +218,10 @@ def write(
                 "scenario": scenario.name,
                 "expected": scenario.expected,
                 "expected_alerts": list(scenario.alerts),
+                "parts": [
+                    {"scenario": p.name, "gpu": p.faults[0]["gpu"], "expected": p.expected, "alerts": list(p.alerts)}
+                    for p in scenario.parts
+                ],
                 "alert_speedup": speedup,
                 "passed": passed,
                 "verdict": verdict,

@@ -9,6 +9,7 @@ so the time before the change is healthy on a fast machine and a slow one alike.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -37,6 +38,23 @@ class Scenario:
     # the change the diagnosis must name as the trigger (a `changes` signal) and the words it
     # must say with it; None: the scenario changes no load (a fault)
     trigger: tuple[str, str] | None = None
+    parts: tuple[Scenario, ...] = ()  # several faults at once (combined): each must be named on its GPU
+
+    @property
+    def faults(self) -> list[dict[str, Any]]:
+        """What is POSTed to the exporter at the change: one fault, or one per part."""
+        return [p.fault for p in self.parts if p.fault] if self.parts else [self.fault] if self.fault else []
+
+    @property
+    def gpus(self) -> int:
+        """The emulated GPUs the scenario needs: two, or one more than its highest faulty GPU."""
+        return max([2, *(int(f["gpu"]) + 1 for f in self.faults)])
+
+    def expectation(self) -> str:
+        """What must follow, in words: the alerts and the diagnosis (per GPU when combined)."""
+        if not self.parts:
+            return f"{' or '.join(self.alerts)} and a diagnosis of {self.expected}"
+        return "; ".join(f"on GPU {p.faults[0]['gpu']}: {p.expectation()}" for p in self.parts)
 
     def phases(self, rate: float, duration: float | None = None, burst_every: float | None = None) -> list[Phase]:
         """The traffic at `rate`; the bursts `burst_every` seconds apart (calibrate.py: as far
@@ -151,7 +169,39 @@ SCENARIOS = {
 
 
 def get(name: str) -> Scenario:
+    """A scenario by name; `a+b+...`: the faults of a, b, ... at once (combined)."""
+    if "+" in name:
+        return combined([get(part) for part in name.split("+")])
     try:
         return SCENARIOS[name]
     except KeyError:
-        raise ValueError(f"unknown scenario {name!r}: choose one of {', '.join(SCENARIOS)}") from None
+        raise ValueError(
+            f"unknown scenario {name!r}: choose one of {', '.join(SCENARIOS)}, or faults joined by + (gpu-xid+thermal)"
+        ) from None
+
+
+def combined(parts: Sequence[Scenario]) -> Scenario:
+    """Several hardware faults at once on one stack, the n-th on GPU n: the drill passes when
+    every one is named, active, on its own GPU, and one of its alerts fired there. Only faults
+    combine: a change of load would be every part's trigger at once."""
+    names = [p.name for p in parts]
+    if len(set(names)) != len(names) or len(parts) < 2:
+        raise ValueError(f"combine two or more different faults, not {'+'.join(names)}")
+    for p in parts:
+        if not p.fault or p.trigger or p.bursts[0] or p.shared_prompt or p.before != p.after:
+            raise ValueError(f"only hardware faults combine: {p.name} changes the traffic")
+    moved = tuple(
+        replace(p, fault={**p.fault, "gpu": n}, story=p.story.replace(f"GPU {p.fault['gpu']}", f"GPU {n}"))
+        for n, p in enumerate(parts)
+        if p.fault
+    )
+    return Scenario(
+        "+".join(names),
+        "/".join(dict.fromkeys(p.seed for p in parts)),
+        "; ".join(p.story.removesuffix(" while traffic runs") for p in moved) + " while traffic runs",
+        moved[0].expected,
+        tuple(dict.fromkeys(a for p in moved for a in p.alerts)),
+        load=max(p.load for p in parts),
+        duration=max(p.duration for p in parts),
+        parts=moved,
+    )

@@ -19,7 +19,7 @@ from drill.launcher import ServerProcess, free_port, kvscope_exporter, kvscope_s
 from kvscope.durations import parse_duration, scaled
 from kvscope.prometheus import PrometheusClient
 
-EMULATED_GPUS = 2
+EMULATED_GPUS = 2  # the fewest a drill's exporter emulates (a combined drill: one per fault)
 
 # Called with the serve's base URL once it is ready, before the exporter and Prometheus start:
 # load it puts on the engine (the drill's calibration probe) stays out of the rules' windows.
@@ -79,6 +79,7 @@ def started(
     model: str | None,
     emulated: bool,
     scrape_interval: str,
+    gpus: int = EMULATED_GPUS,
     config: Path | None = None,
     speedup: float = 1.0,
     on_serve_ready: ServeReady | None = None,
@@ -107,7 +108,7 @@ def started(
             "1",
             *(["--config", str(config)] if config is not None else []),
         ]
-        export_args += ["--gpu", "emulated", "--emulated-gpus", str(EMULATED_GPUS)] if emulated else ["--gpu", "auto"]
+        export_args += ["--gpu", "emulated", "--emulated-gpus", str(gpus)] if emulated else ["--gpu", "auto"]
         export = kvscope_exporter(workdir / "export.log", *export_args, port=export_port)
         stack.enter_context(running(export, ready_path="/-/healthy", timeout=60))
         prom_port = ports.prometheus or free_port()

@@ -44,17 +44,30 @@ class Context:
             Entity.ENGINE: defaultdict(lambda: defaultdict(list)),
             Entity.GPU: defaultdict(lambda: defaultdict(list)),
         }
+        same = _one_gpu_each(
+            entity_key(v.labels, Entity.GPU)
+            for got in (m.values, m.baseline)
+            for name, values in got.items()
+            if name in BY_NAME and BY_NAME[name].entity is Entity.GPU
+            for v in values
+        )
         for name, values in m.values.items():
             entity = BY_NAME[name].entity if name in BY_NAME else None
             if entity is None:
                 continue
             for v in values:
-                views[entity][entity_key(v.labels, entity)][name].append(v)
+                key = entity_key(v.labels, entity)
+                views[entity][same.get(key, key)][name].append(v)
         baseline: dict[Key, View] = defaultdict(lambda: defaultdict(list))
         for name, values in m.baseline.items():
             if name in BY_NAME:
                 for v in values:
-                    baseline[entity_key(v.labels, BY_NAME[name].entity)][name].append(v)
+                    key = entity_key(v.labels, BY_NAME[name].entity)
+                    baseline[same.get(key, key)][name].append(v)
+        for key, view in views[Entity.GPU].items():  # labels_of() reads the first: the fullest first
+            name = next(n for n, values in view.items() if any(entity_key(v.labels, Entity.GPU) == key for v in values))
+            view[name].sort(key=lambda v: entity_key(v.labels, Entity.GPU) != key)
+            views[Entity.GPU][key] = defaultdict(list, {name: view[name], **view})
         engines, gpus = dict(views[Entity.ENGINE]), dict(views[Entity.GPU])
         # engines seen only before the window are gone now (crashed, not restarted): their scope
         # still holds their GPUs, whose memory nothing should hold any more
@@ -114,6 +127,31 @@ class Context:
         if not live and any(self.scopes.of_labels(labels) == scope for labels in gone):
             return 0.0  # its engine is gone: nothing of vLLM's should hold the GPU's memory
         return max(shares) if shares else None
+
+
+def _one_gpu_each(keys: Iterable[Key]) -> dict[Key, Key]:
+    """GPU keys that name one device in several spellings -> the fullest of them: the same UUID
+    (and MIG instance), or the same index where no UUID is given, and every label of the one
+    also on the other (kvscope export's XID counter carries gpu and UUID, DCGM's fields add the
+    host and the model). A key that would fit two different devices is left alone."""
+    groups: dict[tuple[str, ...], list[set[tuple[str, str]]]] = defaultdict(list)
+    for key in set(keys):
+        labels = dict(key)
+        device = ("UUID", labels["UUID"]) if labels.get("UUID") else ("gpu", labels.get("gpu", ""))
+        if device[1]:
+            groups[(*device, labels.get("GPU_I_ID", ""))].append(set(key))
+    out: dict[Key, Key] = {}
+    for members in groups.values():
+        for part in members:
+            wider = [m for m in members if part < m]
+            widest = [m for m in wider if not any(m < o for o in wider)]
+            if len(widest) == 1:
+                out[_key(part)] = _key(widest[0])
+    return out
+
+
+def _key(labels: set[tuple[str, str]]) -> Key:
+    return entity_key(dict(labels), Entity.GPU)
 
 
 def first(view: View, name: str) -> Value | None:

@@ -43,6 +43,7 @@ def save(path: Path, bundle: Bundle) -> None:
         "sources": bundle.measurements.sources,
         "onsets": _times(bundle.measurements.onsets),
         "ended": _times(bundle.measurements.ended),
+        **({"spans": list(bundle.measurements.spans)} if bundle.measurements.spans else {}),
     }
     path.write_text(json.dumps(data, indent=1, sort_keys=True))
 
@@ -92,6 +93,7 @@ def load(path: Path) -> Bundle:
             sources=[{str(k): str(v) for k, v in s.items()} for s in data.get("sources", [])],
             onsets=_keyed(data.get("onsets", [])),
             ended=_keyed(data.get("ended", [])),
+            spans=_spans(data.get("spans")),
         )
         at, window = float(data["at"]), float(data["window"])
         if not (math.isfinite(at) and math.isfinite(window) and window > 0):
@@ -99,3 +101,15 @@ def load(path: Path) -> Bundle:
         return Bundle(at, window, str(data["source"]), measurements)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SourceError(f"{path} is a damaged kvscope bundle ({type(exc).__name__}: {exc})") from exc
+
+
+def _spans(raw: object) -> tuple[float, float] | None:
+    """The window's and the baseline's seconds, where the bundle says (both finite, positive)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or len(raw) != 2:
+        raise ValueError(f"spans {raw!r} must be [window seconds, baseline seconds]")
+    window, baseline = float(raw[0]), float(raw[1])
+    if not all(math.isfinite(x) and x > 0 for x in (window, baseline)):
+        raise ValueError(f"spans {raw} must be two finite positive numbers of seconds")
+    return window, baseline

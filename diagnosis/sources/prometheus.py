@@ -125,6 +125,7 @@ class PrometheusSource:
         wanted = [m for m in measures if m.name in BASELINE]
         past = self._fetch(wanted, at - window, baseline or window)
         out.baseline = past.values
+        out.spans = (window, baseline or window)
         out.notes += [n for n in past.notes if n not in out.notes]
         out.sources.append({"source": self.name, "status": "ok", "detail": f"{len(out.values)} measures"})
         return out

@@ -114,3 +114,27 @@ def test_the_gateways_own_view_of_an_instance_is_not_a_second_engine():
     ctx.m.values["gateway_mean"] = [Value(0.001, dict(GATEWAY), "q:gateway_mean")]
     found = changes(Context.of(ctx.m))
     assert [(c.signal, c.scope.get("engine")) for c in found] == [("prompt_tokens_mean", "0")]
+
+
+def _spanned(now: dict, before: dict, spans: tuple[float, float]) -> Context:
+    ctx = _m(now, before)
+    ctx.m.spans = spans
+    return ctx
+
+
+def test_a_rate_over_a_few_seconds_of_baseline_is_counting_noise():
+    # the gpu-xid drill compressed 20x: 21 requests in a 6.7 s baseline read 3.25/s against 4.65/s
+    # over 35 s, at one steady rate (said as "request rate 1.4x higher" before the noise guard)
+    steady = ({"request_rate": 4.65, "prompt_p99": 8025}, {"request_rate": 3.25, "prompt_p99": 1935})
+    assert changes(_spanned(*steady, spans=(35.0, 6.7))) == []
+    # the same ratios over a real fleet's 15-minute windows are changes
+    assert {c.signal for c in changes(_spanned(*steady, spans=(900.0, 900.0)))} == {
+        "request_rate",
+        "prompt_tokens_p99",
+    }
+
+
+def test_a_mean_needs_enough_requests_in_each_window():
+    longer = ({"request_rate": 1.0, "prompt_mean": 3000}, {"request_rate": 1.0, "prompt_mean": 1500})
+    assert changes(_spanned(*longer, spans=(20.0, 20.0))) == []  # 20 requests a window
+    assert [c.signal for c in changes(_spanned(*longer, spans=(60.0, 60.0)))] == ["prompt_tokens_mean"]

@@ -277,3 +277,54 @@ def test_a_report_an_older_drill_wrote_without_a_marker_is_still_its_own(tmp_pat
     with pytest.raises(ReportDirRefused):
         ReportDir(photos).claim()
     assert (photos / "default.png").read_text() == "a picture"
+
+
+def test_hardware_faults_combine_each_on_its_own_gpu():
+    both = scenarios.get("thermal+pcie-degraded")
+    assert [f["gpu"] for f in both.faults] == [0, 1] and both.gpus == 2
+    assert "GPU 1's PCIe link" in both.story and both.story.count("while traffic runs") == 1
+    assert set(both.alerts) == {"GPUTemperatureHigh", "GPUThrottled", "GPUPCIeLinkDegraded"}
+    assert scenarios.get("gpu-xid+thermal+pcie-degraded+memory-leak").gpus == 4
+    assert "on GPU 1: GPUPCIeLinkDegraded and a diagnosis of pcie_bottleneck" in both.expectation()
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("kv-avalanche+thermal", "only hardware faults combine: kv-avalanche changes the traffic"),
+        ("thermal+thermal", "two or more different faults"),
+        ("thermal+nope", "unknown scenario 'nope'"),
+    ],
+)
+def test_what_cannot_combine_is_refused(name, message):
+    with pytest.raises(ValueError, match=message):
+        scenarios.get(name)
+
+
+def test_a_combined_drill_passes_only_when_every_fault_is_named_on_its_gpu():
+    from drill.run import unmet
+
+    combined = scenarios.get("thermal+pcie-degraded")
+
+    def run_with(incidents: list[dict], alerts: dict[str, str]) -> ProfileRun:
+        r = _run("default", 0.1, 0, {})
+        r.diagnosis = {"bottleneck": incidents[0]["id"] if incidents else "healthy", "incidents": incidents}
+        for name, gpu in alerts.items():
+            r.alerts.fired[(name, gpu)] = Fired(name, "warning", {"gpu": gpu}, "", 140.0)
+        return r
+
+    def incident(kind: str, *gpus: str, status: str = "active") -> dict:
+        return {"id": kind, "status": status, "affected": [{"instance": "x", "gpu": g} for g in gpus]}
+
+    alerts = {"GPUTemperatureHigh": "0", "GPUPCIeLinkDegraded": "1"}
+    good = [incident("thermal_power_throttling", "0"), incident("pcie_bottleneck", "1")]
+    assert unmet(combined, run_with(good, alerts)) == []
+    # the PCIe link folded into the thermal incident, or named on the wrong GPU, or recovered
+    folded = [incident("thermal_power_throttling", "0", "1")]
+    assert unmet(combined, run_with(folded, alerts)) == ["no active pcie_bottleneck incident on GPU 1 (pcie-degraded)"]
+    wrong = [incident("thermal_power_throttling", "0"), incident("pcie_bottleneck", "0")]
+    assert unmet(combined, run_with(wrong, alerts)) == ["no active pcie_bottleneck incident on GPU 1 (pcie-degraded)"]
+    past = [incident("thermal_power_throttling", "0"), incident("pcie_bottleneck", "1", status="recovered")]
+    assert len(unmet(combined, run_with(past, alerts))) == 1
+    quiet = unmet(combined, run_with(good, {"GPUTemperatureHigh": "0", "GPUPCIeLinkDegraded": "0"}))
+    assert quiet == ["none of GPUPCIeLinkDegraded fired for GPU 1 (pcie-degraded)"]

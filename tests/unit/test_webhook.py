@@ -200,7 +200,7 @@ def stand_in() -> Iterator[Callable[..., StandIn]]:
         server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         server.daemon_threads = True
         receiver.url = f"http://127.0.0.1:{server.server_address[1]}/hooks/T0/B0/secret-path"
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
         servers.append((server, receiver))
         return receiver
 
