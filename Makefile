@@ -16,10 +16,11 @@ demo: setup
 quickstart: setup
 	$(PY) -m drill.quickstart
 
-## The whole suite, as CI runs it: unit tests on every core, then integration (real engines) one at a time.
+## The whole suite, as CI runs it: unit tests and the integration tests that start no engine on every
+## core (a module per worker: its Prometheus is set up once), then those with real engines one at a time.
 test: setup
-	$(PY) -m pytest tests/unit tests/gpu -n auto
-	$(PY) -m pytest tests/integration
+	$(PY) -m pytest tests/unit tests/gpu tests/integration -m "not integration or no_engine" -n auto --dist loadfile
+	$(PY) -m pytest tests/integration -m "integration and not no_engine"
 
 ## Unit tests only, on every core: under a minute, no vLLM engine, no Prometheus (`slow` ones: `make test`).
 test-fast: setup

@@ -28,7 +28,7 @@ from tests.scenarios.fleet import Simulation, openmetrics, page
 from tests.scenarios.library import DIAGNOSE_AT, WINDOW, Scenario, scenarios
 from tests.waiting import eventually
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.no_engine]
 SCENARIOS = scenarios()
 
 

@@ -17,7 +17,7 @@ from kvscope.config import Slo
 from kvscope.prometheus import PrometheusClient
 from tests.scenarios.backfill import backfilled
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.no_engine]
 
 STEP, MINUTES = 15, 30
 INSTANCE = "node-1:9408"

@@ -20,7 +20,7 @@ from cryptography.x509.oid import NameOID
 from drill.launcher import ServerProcess, kvscope_exporter
 from tests.waiting import eventually
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.no_engine]
 
 
 def _key() -> ec.EllipticCurvePrivateKey:

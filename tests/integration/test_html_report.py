@@ -35,7 +35,7 @@ from tests.scenarios.fleet import Simulation, openmetrics
 from tests.scenarios.reality import DIAGNOSE_AT, cases
 from tests.waiting import eventually
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.no_engine]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 SHOTS = Path(os.environ.get("KVSCOPE_TEST_SHOTS") or tempfile.mkdtemp(prefix="kvscope-html-report-"))
 FLEETS = ("xid-and-avalanche", "mig-healthy")

@@ -25,7 +25,7 @@ from kvscope.durations import parse_time
 from kvscope.prometheus import PrometheusClient
 from tests.waiting import eventually, holds
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.no_engine]
 
 ALERT = "GPUXidDrainNode"  # no `for:`: it fires on the first evaluation that sees the XID
 SPEEDUP = 20  # the drills' clock: the rule's 5m window is 15 s, so the alert also resolves

