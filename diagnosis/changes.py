@@ -222,8 +222,8 @@ def sentence(change: Change, others: list[Change]) -> str:
     longer = "longer" if up else "shorter"
     what = {
         "prompt_tokens_mean": f"prompts {factor} {longer} ({change.before:,.0f} -> {change.after:,.0f} tokens)",
-        "prompt_tokens_p99": f"p99 prompt {factor} {longer}",
-        "output_tokens_mean": f"outputs {factor} {longer}",
+        "prompt_tokens_p99": f"p99 prompt {factor} {longer} ({change.before:,.0f} -> {change.after:,.0f} tokens)",
+        "output_tokens_mean": f"outputs {factor} {longer} ({change.before:,.0f} -> {change.after:,.0f} tokens)",
         "request_rate": (
             f"request rate {factor} {'higher' if up else 'lower'} ({change.before:.2f} -> {change.after:.2f}/s)"
         ),

@@ -8,11 +8,12 @@ import json
 from typing import Any
 
 from rich.console import Console, Group
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from diagnosis.changes import Change
+from diagnosis.changes import Change, sentence
 from diagnosis.findings import SCHEMA, Finding
 from diagnosis.incidents import Incident
 from diagnosis.verdict import Diagnosis
@@ -36,7 +37,8 @@ def _finding(f: Finding) -> dict[str, Any]:
         "summary": f.summary,
         "affected": f.affected,
         "evidence": [
-            {"query": e.query, "value": e.value, "threshold": e.threshold, "labels": e.labels} for e in f.evidence
+            {"query": e.query, "value": e.value, "threshold": e.threshold, "labels": e.labels, "measure": e.measure}
+            for e in f.evidence
         ],
         "remediation": f.remediation,
     }
@@ -125,22 +127,9 @@ def render_text(d: Diagnosis, console: Console) -> None:
         parts.append(Text("affected: " + "; ".join(", ".join(f"{k}={v}" for k, v in a.items()) for a in d.affected)))
     console.print(Panel(Group(*parts), title="verdict", border_style=_STYLE.get(d.severity.value, "white")))
     if d.incidents:
-        incidents = Table(title=f"{len(d.incidents)} incident(s)", title_justify="left", expand=True)
-        for column, width in (("#", 2), ("incident", 26), ("severity", 9), ("scope", 18), ("onset", 20)):
-            incidents.add_column(column, width=width)
-        incidents.add_column("summary", overflow="fold")
-        for n, i in enumerate(d.incidents, 1):
-            incidents.add_row(
-                str(n),
-                i.id,
-                Text(i.severity.value, style=_STYLE[i.severity.value]),
-                ", ".join(s for s in i.scopes if s) or "fleet",
-                _when(i.onset) or "-",
-                i.summary + (f" (explains {', '.join(i.explains)})" if i.explains else ""),
-            )
-        console.print(incidents)
+        _incidents(d, console)
     for c in d.changes[:8]:
-        console.print(f"  changed on {c.where}: {c.signal} {c.before} -> {c.after}", highlight=False)
+        console.print(f"  changed on {c.where}: {sentence(c, d.changes)}", highlight=False)
     for a in d.alerts:
         console.print(f"  alert {a['alertname']}: explained by {a.get('explained_by') or 'nothing'}", highlight=False)
     for src in d.sources:
@@ -163,6 +152,42 @@ def render_text(d: Diagnosis, console: Console) -> None:
             console.print(f"  fix: {step}", highlight=False)
     if d.missing:
         console.print(f"missing: {', '.join(d.missing)}", style="red")
+
+
+WIDE = 120  # columns from which the incidents are a table; narrower, one block each (wrapped)
+
+
+def _incidents(d: Diagnosis, console: Console) -> None:
+    """The incidents, never truncated: a table on a wide terminal, else a block per incident
+    (its id, severity, status, scope and onset on one line, the summary wrapped under it)."""
+    rows = [
+        (
+            str(n),
+            i.id,
+            i.severity.value,
+            i.status,
+            ", ".join(s for s in i.scopes if s) or "fleet",
+            _when(i.onset) or "-",
+            i.summary + (f" (explains {', '.join(i.explains)})" if i.explains else ""),
+        )
+        for n, i in enumerate(d.incidents, 1)
+    ]
+    if console.width >= WIDE:
+        table = Table(title=f"{len(d.incidents)} incident(s)", title_justify="left", expand=True)
+        for column in ("#", "incident", "severity", "status", "scope", "onset"):
+            table.add_column(column, overflow="fold", no_wrap=column in ("#", "severity", "status"))
+        table.add_column("summary", overflow="fold", ratio=1)
+        for n, kind, severity, status, scope, onset, summary in rows:
+            table.add_row(n, kind, Text(severity, style=_STYLE[severity]), status, scope, onset, summary)
+        console.print(table)
+        return
+    console.print(Text(f"{len(d.incidents)} incident(s)", style="bold"))
+    for n, kind, severity, status, scope, onset, summary in rows:
+        head = Text.assemble(f"{n}. ", (kind, "bold"), "  ", (severity, _STYLE[severity]), f"  {status}  on {scope}")
+        if onset != "-":
+            head.append(f"  since {onset}")
+        console.print(head, overflow="fold")
+        console.print(Padding(Text(summary), (0, 0, 0, 3)), overflow="fold")
 
 
 def render_markdown(d: Diagnosis) -> str:

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from diagnosis.measures import BY_NAME
 from kvscope.durations import parse_duration, parse_time
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
@@ -75,7 +76,7 @@ font-weight:600;vertical-align:middle;background:var(--sev,#667085)}
 font:12.5px/1.6 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;overflow-wrap:anywhere;max-width:100%}
 .plots{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(100%,28rem),1fr));gap:.8rem}
 figure{margin:0;border:1px solid #eaecf0;border-radius:.4rem;padding:.5rem;background:#fcfcfd;min-width:0}
-figure svg{display:block;width:100%;height:auto}
+figure svg{display:block;width:100%;height:auto}.ptitle{margin:0 0 .2rem;font-weight:600}
 figcaption{font-size:.85rem;margin-top:.3rem;min-width:0}
 .num{font-variant-numeric:tabular-nums;font-weight:600}
 .note{color:#475467;font-size:.85rem}
@@ -403,7 +404,16 @@ class _Plots:
                 else "no history with this report (a scrape or a bundle holds one value per signal over its window)"
             )
             caption.append(f'<span class="note">{why}: the value is drawn against its threshold</span>')
-        return f"<figure>{svg}<figcaption>{''.join(caption)}</figcaption></figure>"
+        return f"<figure>{_heading(e)}{svg}<figcaption>{''.join(caption)}</figcaption></figure>"
+
+
+def _heading(e: Mapping[str, Any]) -> str:
+    """A plot's title: what the measure is, in words, and its name (the query is in the caption)."""
+    name = str(e.get("measure") or "")
+    words = BY_NAME[name].help if name in BY_NAME and BY_NAME[name].help else name or "evidence"
+    return f'<p class="ptitle">{_e(words[:1].upper() + words[1:])}' + (
+        f" <code>{_e(name)}</code></p>" if name and name != words else "</p>"
+    )
 
 
 def _drawable(line: Mapping[str, Any]) -> bool:

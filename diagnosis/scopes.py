@@ -43,13 +43,21 @@ def host_part(address: str) -> str:
     return address.rsplit(":", 1)[0] if address.count(":") == 1 else address
 
 
+def node_of(labels: dict[str, str]) -> str:
+    """The machine a series names by a Kubernetes node label (service discovery relabels the
+    target's node into `node` or `kubernetes_node`), else by its GPU host label, unless that is
+    only the exporter's own pod (a container's hostname is its pod's name: dcgm-exporter in a
+    DaemonSet writes `Hostname="dcgm-exporter-bx7l2"`)."""
+    node = next((labels[k] for k in ENGINE_NODE_LABELS if labels.get(k)), "")
+    host = host_of(labels)
+    return node or ("" if host and host == labels.get("pod") else host)
+
+
 def _machines(labels: dict[str, str], gpu: bool) -> set[str]:
     """The names of the machine an engine or a GPU series is on, as far as its labels say."""
-    names = {host_part(labels.get("instance", ""))}
+    names = {host_part(labels.get("instance", "")), *(labels.get(k, "") for k in ENGINE_NODE_LABELS)}
     if gpu:
-        names.add(host_of(labels))
-    else:
-        names |= {labels.get(k, "") for k in ENGINE_NODE_LABELS}
+        names.add(node_of(labels))
     return {n for n in names if n not in LOOPBACK}
 
 
@@ -60,7 +68,7 @@ def _engine_key(labels: dict[str, str]) -> str:
 
 
 def _gpu_key(labels: dict[str, str]) -> str:
-    host = host_of(labels)
+    host = node_of(labels)
     if host:
         return f"host/{host}"
     return f"instance/{labels.get('instance', '?')}"
@@ -103,11 +111,36 @@ class Scopes:
                 scopes._union(key, by_instance[labels["instance"]])
             for machine in _machines(labels, gpu=True) & engine_machines:
                 scopes._union(key, f"machine/{machine}")
-        for key in list(scopes.parent):  # name each scope after its host where it has one
-            root = scopes._find(key)
-            if key.startswith("host/") or (root not in scopes.names and not key.startswith("machine/")):
-                scopes.names[root] = key.split("/")[-1]
+        scopes._name(engines, gpus)
         return scopes
+
+    def _name(self, engines: list[dict[str, str]], gpus: list[dict[str, str]]) -> None:
+        """Each scope's name, as an on-call searches for it: its machine (node or host) where one
+        is known, with the vLLM pod it concerns when it is one pod ("node-b (vllm-1)"); else the
+        pod, the instance or the target."""
+        machine: dict[str, str] = {}
+        for labels in gpus:
+            if node := node_of(labels):
+                machine.setdefault(self._find(_gpu_key(labels)), node)
+        for labels in engines:
+            if node := next((labels[k] for k in ENGINE_NODE_LABELS if labels.get(k)), ""):
+                machine.setdefault(self._find(_engine_key(labels)), node)
+        for key in self.parent:  # a bare-metal machine join names its host
+            if key.startswith("machine/"):
+                machine.setdefault(self._find(key), key.split("/", 1)[1])
+        pods: dict[str, set[str]] = {}
+        for labels in engines:
+            if labels.get("pod"):
+                pods.setdefault(self._find(_engine_key(labels)), set()).add(labels["pod"])
+        for key in self.parent:
+            root = self._find(key)
+            if root in self.names or key.startswith("machine/"):
+                continue
+            own = sorted(pods.get(root, ()))
+            if root in machine:
+                self.names[root] = machine[root] + (f" ({own[0]})" if len(own) == 1 else "")
+            else:
+                self.names[root] = key.split("/")[-1] if not key.startswith("instance/") else key.split("/", 1)[1]
 
     def _add(self, key: str) -> None:
         self.parent.setdefault(key, key)

@@ -140,10 +140,29 @@ def test_scopes_join_only_what_the_labels_join():
     exported = {"Hostname": "node-2", "gpu": "0", "instance": "10.0.0.9:9464"}
     kvscope_engine = {"pod": "vllm-9", "namespace": "prod", "instance": "10.0.0.9:9464"}
     scopes = Scopes.of([engine, sibling, kvscope_engine], [plain_gpu, mapped_gpu, exported])
-    assert scopes.of_labels(engine) == scopes.of_labels(sibling) == scopes.of_labels(mapped_gpu) == "node-1"
+    # named as the on-call searches: the machine, and the vLLM pod it concerns
+    assert scopes.of_labels(engine) == scopes.of_labels(sibling) == scopes.of_labels(mapped_gpu) == "node-1 (vllm-0)"
     assert scopes.of_labels(plain_gpu) == "node-0"  # plain dcgm-exporter: nothing names the engine
-    assert scopes.of_labels(kvscope_engine) == scopes.of_labels(exported) == "node-2"  # one kvscope exporter
+    assert scopes.of_labels(kvscope_engine) == scopes.of_labels(exported) == "node-2 (vllm-9)"  # one kvscope exporter
     assert scopes.count() == 3
+
+
+def test_a_kubernetes_scope_is_named_by_its_node_and_vllm_pod_not_the_exporters_pod():
+    from diagnosis.scopes import Scopes
+
+    # dcgm-exporter in a DaemonSet: its Hostname is its own pod; service discovery adds the node
+    engine = {"namespace": "prod", "pod": "vllm-llama-1", "instance": "10.0.3.7:8000", "node": "gpu-node-b"}
+    gpu = {
+        "Hostname": "dcgm-exporter-bx7l2",
+        "pod": "dcgm-exporter-bx7l2",
+        "instance": "10.0.3.2:9400",
+        "kubernetes_node": "gpu-node-b",
+        "gpu": "0",
+    }
+    alone = {"Hostname": "dcgm-exporter-q9z4k", "pod": "dcgm-exporter-q9z4k", "instance": "10.0.4.2:9400", "gpu": "0"}
+    scopes = Scopes.of([engine], [gpu, alone])
+    assert scopes.of_labels(engine) == scopes.of_labels(gpu) == "gpu-node-b (vllm-llama-1)"
+    assert scopes.of_labels(alone) == "10.0.4.2:9400"  # no node known: the target, never the exporter's pod
 
 
 def test_mig_devices_are_their_own_entities():
@@ -178,7 +197,7 @@ def test_one_machine_however_it_is_spelled():
     other = {"instance": "node-c:9400", "Hostname": "node-c", "gpu": "0"}
     scopes = Scopes.of([engine, by_node], [gpu, lower, other])
     assert scopes.of_labels(engine) == scopes.of_labels(gpu) == "node-a"
-    assert scopes.of_labels(by_node) == scopes.of_labels(lower) == "node-b"
+    assert scopes.of_labels(by_node) == scopes.of_labels(lower) == "node-b (vllm-b)"
     assert scopes.of_labels(other) == "node-c" and scopes.count() == 3
     # loopback names no machine: two fake nodes served from 127.0.0.1 stay two
     local = Scopes.of([{"instance": "127.0.0.1:8000"}], [{"instance": "127.0.0.1:9400", "Hostname": "n1", "gpu": "0"}])

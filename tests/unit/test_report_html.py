@@ -144,6 +144,16 @@ def test_the_promql_behind_each_number_is_shown_verbatim():
         assert query in blocks
 
 
+def test_every_plot_has_a_title_naming_its_measure():
+    from diagnosis.measures import BY_NAME
+
+    page = report.render_html(_two_incidents())
+    assert page.count('<p class="ptitle">') == page.count("<figure>") == 3
+    for name in ("kv_usage_max", "preemption_rate", "xid_last"):
+        words = BY_NAME[name].help
+        assert f"{words[:1].upper()}{words[1:]} <code>{name}</code>" in page
+
+
 def test_the_five_triage_steps_are_listed_in_order():
     page = report.render_html(_two_incidents())
     text = " ".join(_read(page).text)
