@@ -225,7 +225,10 @@ def build_tests(alerts: list[d.Alert], runbook_base: str = d.RUNBOOK_BASE) -> di
     tests: dict[str, list[dict[str, Any]]] = {TESTS_FILE: [], SLOW_TESTS_FILE: []}
     for alert in alerts:
         cases = [(alert.fires, "fires")]
-        cases += [(case, f"fires ({i})") for i, case in enumerate(alert.more, start=2)]
+        cases += [
+            (case, f"{'fires' if case.value is not None else 'silent'} ({i})")
+            for i, case in enumerate(alert.more, start=2)
+        ]
         cases.append((alert.silent, "silent just below"))
         for case, title in cases:
             test = _test(alert, case, runbook_base, title)

@@ -18,6 +18,7 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from kvscope import catalog as c
 from kvscope import thresholds as t
@@ -216,6 +217,10 @@ def _minutes(text: str) -> int:
 
 
 POINTS = 150  # samples per generated series: enough for a lead, a `for:` of up to an hour, and more
+
+
+# a DCGM blank sentinel held for a case's whole series, written exactly (const rounds to 12 digits)
+BLANK = f"{int(c.DCGM_BLANK_FROM)}x{POINTS}"
 
 
 def const(value: float, points: int = POINTS) -> str:
@@ -489,6 +494,30 @@ def _engine_alerts(config: Config) -> list[Alert]:
     ]
 
 
+def _hot(reading: Callable[..., Expr], sel: Selector, config: Config) -> Expr:
+    """A GPU within the margin of its slowdown temperature, defined as the diagnosis defines it
+    (diagnosis/checks/throttling.py): the slowdown temperature the GPU exports, else its model's
+    (kvscope/gpu_models.py with kvscope.yaml's overrides), else `gpu_temp_high`."""
+    margin, default = config.thresholds[t.GPU_TEMP_MARGIN].value, config.thresholds[t.GPU_TEMP_HIGH].value
+    temp, exported = reading(c.DCGM_GPU_TEMP), reading(c.DCGM_SLOWDOWN_TEMP)
+    by_slowdown: dict[float, list[str]] = {}
+    for model in config.gpu_models.table.values():
+        if model.slowdown_temp:
+            by_slowdown.setdefault(model.slowdown_temp, []).extend((model.name, *model.names))
+
+    def named(names: Sequence[str], op: Literal["=~", "!~"] = "=~") -> Selector:
+        # NVML's name as the table compares it (gpu_models.nvml_key): case folded, a MIG suffix
+        return Selector((*sel.matchers, Matcher("modelName", op, f"(?i)({regex_any(names)})( MIG .*)?")))
+
+    table = [reading(c.DCGM_GPU_TEMP, named(names)).ge(slowdown - margin) for slowdown, names in by_slowdown.items()]
+    known = [n for names in by_slowdown.values() for n in names]
+    unknown = reading(c.DCGM_GPU_TEMP, named(known, "!~") if known else sel).ge(default)
+    fallback = unknown
+    for branch in table:
+        fallback = branch.or_(fallback)
+    return temp.ge(exported - margin).or_(fallback.unless(exported))
+
+
 def _gpu_alerts(config: Config) -> list[Alert]:
     lim, fx, sel = config.thresholds, Fixtures(config), config.gpu_selector
     xid = c.GPU_XID_ERRORS
@@ -496,6 +525,11 @@ def _gpu_alerts(config: Config) -> list[Alert]:
     throttle, temp_limit = lim[t.THROTTLE_SHARE], lim[t.GPU_TEMP_HIGH]
     saturation, replays = lim[t.PCIE_SATURATION], lim[t.PCIE_REPLAY_RATE]
     achievable = lim[t.PCIE_ACHIEVABLE_SHARE].value  # the diagnosis measures against the same rate
+
+    def reading(signal: c.Signal, selector: Selector = sel) -> Expr:
+        """A DCGM gauge without its blank sentinels (catalog.DCGM_BLANK_FROM: the diagnosis drops
+        the same values), so a page of blanks never pages."""
+        return metric(signal, selector).lt(c.DCGM_BLANK_FROM)
 
     def xid_count(matcher: Matcher) -> Expr:
         # a code's first XID creates its series at 1: counted from zero, not as no increase
@@ -530,14 +564,14 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             group="kvscope-gpu",
         )
 
-    used, free, reserved = (metric(s, sel) for s in (c.DCGM_FB_USED, c.DCGM_FB_FREE, c.DCGM_FB_RESERVED))
+    used, free, reserved = (reading(s) for s in (c.DCGM_FB_USED, c.DCGM_FB_FREE, c.DCGM_FB_RESERVED))
     # FB_RESERVED is missing from older dcgm-exporter counter lists: count it as 0 there
     share = (used / (used + free + reserved.or_(used * 0))).max(GPU_BY)
     budget = metric(c.ENGINE_MEMORY_BUDGET, sel).max(("instance",))  # written by kvscope export, as the GPU series
     memory = share.gt(budget + over.value, on=("instance",), group_left=()).or_(
         share.gt(full.value).unless(budget, on=("instance",))
     )
-    util = metric(c.DCGM_GPU_UTIL, sel)
+    util = reading(c.DCGM_GPU_UTIL)
     throttled = (
         metric(c.GPU_CLOCK_EVENT_ACTIVE, sel & Selector.any_of("reason", c.THROTTLE_REASONS))
         .over_time("avg", "5m")
@@ -545,19 +579,24 @@ def _gpu_alerts(config: Config) -> list[Alert]:
         .gt(throttle.value)
         .and_(util.max(("instance", "gpu")).gt(floor.value), on=("instance", "gpu"))
     )
-    tx, rx, cap = (metric(s, sel) for s in (c.DCGM_PCIE_TX_BYTES, c.DCGM_PCIE_RX_BYTES, c.GPU_PCIE_LINK_CAPACITY))
+    tx, rx = (reading(s) for s in (c.DCGM_PCIE_TX_BYTES, c.DCGM_PCIE_RX_BYTES))
+    cap = metric(c.GPU_PCIE_LINK_CAPACITY, sel)
 
     def pcie_share(direction: Expr) -> Expr:
         reach = cap.max(("instance", "gpu")) * achievable
         return direction.max(("instance", "gpu")).binop("/", reach, on=("instance", "gpu"))
 
     pcie = pcie_share(tx).gt(saturation.value).or_(pcie_share(rx).gt(saturation.value))
-    sticky = metric(c.DCGM_XID_ERRORS, sel)
+    sticky, raw_sticky = reading(c.DCGM_XID_ERRORS), metric(c.DCGM_XID_ERRORS, sel)  # offset and changes: raw
     degraded = (
-        metric(c.DCGM_PCIE_LINK_GEN, sel)
-        .lt(metric(c.DCGM_PCIE_MAX_LINK_GEN, sel))
-        .or_(metric(c.DCGM_PCIE_LINK_WIDTH, sel).lt(metric(c.DCGM_PCIE_MAX_LINK_WIDTH, sel)))
+        reading(c.DCGM_PCIE_LINK_GEN)
+        .lt(reading(c.DCGM_PCIE_MAX_LINK_GEN))
+        .or_(reading(c.DCGM_PCIE_LINK_WIDTH).lt(reading(c.DCGM_PCIE_MAX_LINK_WIDTH)))
     )
+    hot = _hot(reading, sel, config)
+    margin, models = lim[t.GPU_TEMP_MARGIN].value, config.gpu_models
+    t4, h100 = models["T4"], models["H100"]
+    t4_hot, h100_hot = (t4.slowdown_temp or 0) - margin, (h100.slowdown_temp or 0) - margin
     card = 81000.0
     hot_use, ok_use = _memory_case(full.value, card)
     cap_value = 63e9
@@ -578,7 +617,11 @@ def _gpu_alerts(config: Config) -> list[Alert]:
                 hot_use / card,
             ),
             silent=Case({fx.gpu(c.DCGM_FB_USED): const(ok_use), fx.gpu(c.DCGM_FB_FREE): const(card - ok_use)}, "2m"),
-            more=(_budget_case(fx, over.value, card),),
+            more=(
+                _budget_case(fx, over.value, card),
+                # a page of DCGM blanks (a field the driver could not read) is no reading
+                Case({fx.gpu(c.DCGM_FB_USED): BLANK, fx.gpu(c.DCGM_FB_FREE): const(card - ok_use)}, "2m"),
+            ),
             for_=full.for_,
             diagnose_scope="",
             group="kvscope-gpu",
@@ -606,8 +649,8 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             str(
                 sticky.max(GPU_BY)
                 .gt(0)
-                .unless(sticky.offset("5m").max(GPU_BY))
-                .or_(sticky.changes("5m").max(GPU_BY).gt(0))
+                .unless(raw_sticky.offset("5m").max(GPU_BY))
+                .or_(raw_sticky.changes("5m").max(GPU_BY).gt(0).and_(sticky.max(GPU_BY)))
             ),
             "critical",
             "GPU XID error reported by dcgm-exporter.",
@@ -616,6 +659,7 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             explained_by=("gpu_hardware_fault",),
             fires=Case({fx.gpu(c.DCGM_XID_ERRORS): "0 0 0 79 79 79"}, "4m", fx.gpu_labels(*GPU_BY), 79),
             silent=Case({fx.gpu(c.DCGM_XID_ERRORS): "79 79 79 79 79 79 79 79 79 79"}, "9m"),
+            more=(Case({fx.gpu(c.DCGM_XID_ERRORS): f"0 0 0 {BLANK}"}, "4m"),),  # a blank is no XID
             diagnose_scope="",
             group="kvscope-gpu",
         ),
@@ -661,7 +705,7 @@ def _gpu_alerts(config: Config) -> list[Alert]:
         ),
         Alert(
             "GPUTemperatureHigh",
-            str(metric(c.DCGM_GPU_TEMP, sel).ge(temp_limit.value)),
+            str(hot),
             "warning",
             "GPU running hot.",
             "GPU {{ $labels.gpu }} on " + HOST + ' is at {{ $value | printf "%.3g" }} C: it slows its clocks '
@@ -669,6 +713,33 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             explained_by=("thermal_power_throttling",),
             fires=Case(
                 {fx.gpu(c.DCGM_GPU_TEMP): const(temp_limit.value + 5)}, "5m", fx.gpu_labels(), temp_limit.value + 5
+            ),
+            # the model's slowdown point less the margin, as the diagnosis judges it: a T4 (93 C)
+            # below 91 C is not hot, an H100 (87 C) at 85 C is; an exported slowdown temperature
+            # wins over the table; a page of DCGM blanks is no reading
+            more=(
+                Case({fx.gpu(c.DCGM_GPU_TEMP, modelName=t4.name): const(t4_hot - 1)}, "5m"),
+                Case(
+                    {fx.gpu(c.DCGM_GPU_TEMP, modelName=t4.name): const(t4_hot)},
+                    "5m",
+                    {**fx.gpu_labels(), "modelName": t4.name},
+                    t4_hot,
+                ),
+                Case(
+                    {fx.gpu(c.DCGM_GPU_TEMP, modelName=h100.name): const(h100_hot)},
+                    "5m",
+                    {**fx.gpu_labels(), "modelName": h100.name},
+                    h100_hot,
+                ),
+                Case(
+                    {
+                        fx.gpu(c.DCGM_GPU_TEMP, modelName=h100.name): const(h100_hot),
+                        fx.gpu(c.DCGM_SLOWDOWN_TEMP, modelName=h100.name): const(h100_hot + 10),
+                    },
+                    "5m",
+                ),
+                Case({fx.gpu(c.DCGM_GPU_TEMP): BLANK}, "5m"),
+                Case({fx.gpu(c.DCGM_GPU_TEMP): f"{c.DCGM_INT64_BLANK_FIRST + 1}x{POINTS}"}, "5m"),
             ),
             silent=Case({fx.gpu(c.DCGM_GPU_TEMP): const(temp_limit.value - 1)}, "5m"),
             for_="5m",
@@ -685,6 +756,7 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             explained_by=("pcie_bottleneck",),
             fires=Case(_link(fx, 3, 16), "5m", fx.gpu_labels(), 3),
             silent=Case(_link(fx, 5, 16), "5m"),
+            more=(Case({**_link(fx, 5, 16), fx.gpu(c.DCGM_PCIE_MAX_LINK_GEN): BLANK}, "5m"),),
             for_="5m",
             diagnose_scope="",
             group="kvscope-gpu",

@@ -1058,16 +1058,20 @@ CLOCK_EVENT_REASONS = {
 }
 # DCGM's blank values (dcgm_structs.h): DCGM_INT64_BLANK (0x7ffffffffffffff0) and its siblings
 # (NOT_FOUND, NOT_SUPPORTED, NOT_PERMISSIONED, one apart), DCGM_FP64_BLANK (2^47) and its four
-# siblings. A field the driver has no value for reads one of these; they are never readings.
-# The one definition: the exporter drops them, the diagnosis and the rules' rescaled readings too.
+# siblings. A field the driver has no value for reads one of these; they are never readings, and
+# nothing a GPU measures reaches the lowest of them in any unit DCGM uses (2^47 bytes is 128 TiB,
+# 2^47 Hz 140 THz, 2^47 mJ 4,000 years of a GPU's energy). The one definition: at or above
+# DCGM_BLANK_FROM is no reading. The exporter drops them, the diagnosis drops them
+# (diagnosis/measures.usable), and the rules compare `< DCGM_BLANK_FROM` (alerts/definitions.py).
 DCGM_FP64_BLANK = 140737488355328.0
 DCGM_FP64_BLANK_LAST = DCGM_FP64_BLANK + 4
 DCGM_INT64_BLANK_FIRST = 0x7FFFFFFFFFFFFFF0 - 1  # an int: the page may hold it exactly
+DCGM_BLANK_FROM = DCGM_FP64_BLANK
 
 
 def is_dcgm_blank(value: float) -> bool:
-    """A DCGM blank sentinel (no reading), as dcgm_structs.h defines them."""
-    return value >= DCGM_INT64_BLANK_FIRST or DCGM_FP64_BLANK <= value <= DCGM_FP64_BLANK_LAST
+    """A DCGM blank sentinel (no reading): at or above the lowest of dcgm_structs.h's blanks."""
+    return value >= DCGM_BLANK_FROM
 
 
 # The reasons that mean "held down by power or temperature" (the others are by design).

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kvscope.catalog import DCGM_FP64_BLANK, Signal
+from kvscope.catalog import DCGM_BLANK_FROM, Signal
 from kvscope.durations import format_duration, parse_duration
 
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -249,7 +249,7 @@ class Expr:
         base unit there is (128 TiB of memory, 140 THz, 4,000 years of a GPU's energy): it is
         dropped before the factor would hide it among real values."""
         return tuple(
-            a if self._scale(i) == 1.0 else f"({a} < {number(DCGM_FP64_BLANK)}) * {number(self._scale(i))}"
+            a if self._scale(i) == 1.0 else f"({a} < {number(DCGM_BLANK_FROM)}) * {number(self._scale(i))}"
             for i, a in enumerate(self.alts)
         )
 
