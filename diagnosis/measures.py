@@ -540,15 +540,45 @@ class Measurements:
         return bool(self.values.get(name))
 
 
-def usable(measure: Measure, value: float) -> bool:
-    """A number the checks may read: finite, and for a GPU reading (gauges and counters, not
-    slopes) neither negative nor one of DCGM's blank sentinels (a field the driver has no value
-    for reads at or above 2^47)."""
+GAUGES = frozenset({Kind.GAUGE_MAX, Kind.GAUGE_AVG, Kind.GAUGE_MIN, Kind.GAUGE_LAST})
+SHARES = frozenset({Kind.RATIO, Kind.RATIO_RECENT, Kind.RATIO_BEFORE})  # increase(part) / increase(whole)
+# what a reading in a unit can be at most (a share of one, a percentage); a hair of rounding over
+BOUNDS = {"ratio": 1.0, "percent": 100.0}
+ROUNDING = 1e-6
+
+
+def unusable(measure: Measure, value: float) -> str | None:
+    """Why a number cannot be read (None: it can): not finite; for a GPU reading (gauges and
+    counters, not slopes) negative or one of DCGM's blank sentinels (a field the driver has no
+    value for reads at or above 2^47); for a ratio or a percentage, or a share of two counters,
+    outside what it can be (a KV usage of 1.7, a utilisation of -4)."""
     if not math.isfinite(value):
-        return False
-    if measure.entity is not Entity.GPU or measure.kind is Kind.DERIV:
-        return True
-    return value >= 0 and not catalog.is_dcgm_blank(value)
+        return "not a number"
+    if measure.entity is Entity.GPU and measure.kind is not Kind.DERIV:
+        if catalog.is_dcgm_blank(value):
+            return "a DCGM blank sentinel"
+        if value < 0:
+            return "negative"
+    top = 1.0 if measure.kind in SHARES else None
+    if measure.kind in GAUGES and not measure.denominator and measure.signals:
+        top = BOUNDS.get(measure.signals[0].unit)
+    if top is not None and not -ROUNDING <= value <= top * (1 + ROUNDING):
+        return f"impossible: {value:g} outside 0..{top:g}"
+    return None
+
+
+def usable(measure: Measure, value: float) -> bool:
+    """A number the checks may read (`unusable` says why not)."""
+    return unusable(measure, value) is None
+
+
+def dropped_note(measure: Measure, values: Sequence[float]) -> str | None:
+    """One note for the values of a measure that cannot be read, with why (None: all can)."""
+    reasons = [why for v in values if (why := unusable(measure, v)) is not None]
+    if not reasons:
+        return None
+    said = "; ".join(dict.fromkeys(reasons))
+    return f"{measure.name}: {len(reasons)} value(s) dropped ({said})"
 
 
 def entity_key(labels: dict[str, str], entity: Entity) -> tuple[tuple[str, str], ...]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from diagnosis.measures import BASELINE, ENTITY_LABELS, Entity, Kind, Measure, Measurements, Value, usable
+from diagnosis.measures import BASELINE, ENTITY_LABELS, Entity, Kind, Measure, Measurements, Value, dropped_note, usable
 from diagnosis.sources import SourceError
 from kvscope.durations import format_duration, parse_duration
 from kvscope.prometheus import PrometheusClient, PrometheusError, QueryFailed, Vector
@@ -153,11 +153,8 @@ class PrometheusSource:
                     out.errors[measure.name] = result
                     continue
                 values = [Value(v, labels, expr) for labels, v in result if usable(measure, v)]
-                dropped = len(result) - len(values)
-                if dropped:
-                    out.notes.append(
-                        f"{measure.name}: {dropped} value(s) dropped (NaN, negative or a DCGM blank sentinel)"
-                    )
+                if note := dropped_note(measure, [v for _, v in result]):
+                    out.notes.append(note)
                 if values:
                     out.values[measure.name] = values
         return out

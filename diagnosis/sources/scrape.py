@@ -21,7 +21,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
-from diagnosis.measures import ENTITY_LABELS, Entity, Kind, Measure, Measurements, Value, entity_key, usable
+from diagnosis.measures import (
+    ENTITY_LABELS,
+    Entity,
+    Kind,
+    Measure,
+    Measurements,
+    Value,
+    dropped_note,
+    entity_key,
+    usable,
+)
 from diagnosis.sources import SourceError
 from kvscope import catalog, promtext
 from kvscope.catalog import Signal
@@ -133,10 +143,8 @@ def compute(
     for measure in measures:
         found = _measure(measure, snapshots, how, (selectors or {}).get(measure.entity, ANY))
         values = [v for v in found if usable(measure, v.value)]
-        if len(values) < len(found):
-            out.notes.append(
-                f"{measure.name}: {len(found) - len(values)} value(s) dropped (negative or a DCGM blank sentinel)"
-            )
+        if note := dropped_note(measure, [v.value for v in found]):
+            out.notes.append(note)
         if values:
             out.values[measure.name] = values
     return out
