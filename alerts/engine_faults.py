@@ -8,7 +8,7 @@ from alerts.definitions import ENGINE, GPU_BY, HOST, LATENCY, Alert, Case, Fixtu
 from kvscope import catalog as c
 from kvscope import thresholds as t
 from kvscope.config import Config
-from kvscope.promql import Expr, metric
+from kvscope.promql import Expr, Selector, metric
 
 
 def _rate_over(signal: c.Signal, config: Config, window: str = "5m") -> Expr:
@@ -27,10 +27,14 @@ def engine_alerts(config: Config) -> list[Alert]:
     stall = lim[t.ENGINE_STALL]
     rank = (*ENGINE, "engine")  # per data-parallel engine: one hung rank beside healthy ones
     in_flight = metric(c.VLLM_REQUESTS_RUNNING, sel).sum(rank) + metric(c.VLLM_REQUESTS_WAITING, sel).sum(rank)
+    # as the check (diagnosis/checks/progress.py): an engine that aborted requests lately is not
+    # hung (a hung engine core processes no abort); its gauges hold the last step's counts
+    aborted = metric(c.VLLM_REQUEST_SUCCESS, sel & Selector.of(finished_reason="abort")).rate("5m").sum(rank)
     no_progress = (
         in_flight.ge(stall.value)
         .and_(metric(c.VLLM_GENERATION_TOKENS, sel).rate("5m").sum(rank).eq(0))
         .and_(metric(c.VLLM_PROMPT_TOKENS, sel).rate("5m").sum(rank).eq(0))
+        .unless(aborted.gt(0))
     )
     frozen = {fx.engine(c.VLLM_GENERATION_TOKENS): "500x20", fx.engine(c.VLLM_PROMPT_TOKENS): "9000x20"}
     return [
@@ -42,7 +46,8 @@ def engine_alerts(config: Config) -> list[Alert]:
             '{{ $labels.instance }} has {{ $value | printf "%.0f" }} requests running or waiting and has '
             "prefilled and generated nothing for 10 minutes (a 5-minute rate, held 5 minutes) while it still "
             "answers its scrape: a hang (NCCL, a deadlocked worker, a KV load that never returns) that /health "
-            "does not see; or its gauges are stale after a mass abort (vllm-project/vllm#22545): check /metrics.",
+            "does not see (an engine that aborted requests in those minutes is left out: its gauges can stay stale "
+            "after a mass abort, vllm-project/vllm#22545).",
             explained_by=("engine_stall", "gpu_hardware_fault"),
             fires=Case(
                 {**frozen, fx.engine(c.VLLM_REQUESTS_RUNNING): "2x20", fx.engine(c.VLLM_REQUESTS_WAITING): "3x20"},
@@ -58,6 +63,15 @@ def engine_alerts(config: Config) -> list[Alert]:
                     fx.engine_labels,
                     4.0,
                     lead=5,
+                ),
+                Case(  # every client gave up at once: aborted, idle, the gauges stale
+                    {
+                        **frozen,
+                        fx.engine(c.VLLM_REQUESTS_RUNNING): "2x20",
+                        fx.engine(c.VLLM_REQUESTS_WAITING): "3x20",
+                        fx.engine(c.VLLM_REQUEST_SUCCESS, finished_reason="abort"): per_minute(0.5),
+                    },
+                    "12m",
                 ),
             ),
             silent=Case(  # a slow engine still makes progress

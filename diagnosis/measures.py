@@ -224,6 +224,14 @@ MEASURES: tuple[Measure, ...] = (
         c.VLLM_PROMPT_TOKENS,
         help="prompt tokens per second, last 5 min",
     ),
+    _m(
+        "aborted_recent",
+        E,
+        Kind.RATE_RECENT,
+        c.VLLM_REQUEST_SUCCESS,
+        matchers=Selector.of(finished_reason="abort"),
+        help="requests aborted per second, last 5 min",
+    ),
     _m("running_last", E, Kind.GAUGE_LAST, c.VLLM_REQUESTS_RUNNING, help="running requests at the end"),
     _m("waiting_last", E, Kind.GAUGE_LAST, c.VLLM_REQUESTS_WAITING, help="waiting requests at the end"),
     # per-token truth: vLLM's inter-token histogram is per engine step; with speculative decoding a

@@ -15,6 +15,10 @@ def check(ctx: Context) -> list[Finding]:
         generated, prefilled = value(view, "generation_tps_recent"), value(view, "prompt_tps_recent")
         if generated is None or prefilled is None or generated > 0 or prefilled > 0:
             return None
+        if (value(view, "aborted_recent") or 0) > 0:
+            # it ended requests lately (a hung engine core processes no abort): after a mass
+            # abort the engine went idle and its gauges still hold the last step's counts
+            return None
         in_flight = (value(view, "running_last") or 0) + (value(view, "waiting_last") or 0)
         return Hit(view, in_flight) if in_flight >= 1 else None
 

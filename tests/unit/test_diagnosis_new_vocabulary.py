@@ -33,6 +33,10 @@ def test_an_idle_engine_or_a_slow_one_is_not_stalled():
     prefilling = {**STALLED, "prompt_tps_recent": 300.0}  # one long prompt prefills before any token
     for engine in (idle, slow, prefilling):
         assert one(progress.check, Context.of(measurements(engine=engine))) is None, engine
+    # every client gave up at once: the engine aborted them (a hung one could not) and went idle,
+    # its gauges still holding the last step's counts
+    aborted = {**STALLED, "aborted_recent": 0.8}
+    assert one(progress.check, Context.of(measurements(engine=aborted))) is None
     # without the progress counters a scrape says nothing either way
     assert one(progress.check, Context.of(measurements(engine={**STALLED, "prompt_tps_recent": None}))) is None
 
