@@ -59,6 +59,31 @@ def _moved(ctx: Context, views: list[View]) -> tuple[list[View], list[View]] | N
     return (gained, lost) if gained and lost else None
 
 
+def _offered(view: View) -> float | None:
+    """What arrives at a member now: kvscope serve's admissions, else vLLM's finishes plus the
+    queue's growth (a saturated member finishes less than it is sent)."""
+    arrived = value(view, "arrival_rate")
+    if arrived is not None:
+        return arrived
+    finished = value(view, "request_rate")
+    return None if finished is None else finished + max(0.0, value(view, "waiting_slope") or 0.0)
+
+
+def _uneven(ctx: Context, busy: list[View], views: list[View]) -> tuple[list[View], list[View]] | None:
+    """(saturated members, siblings with room) when, in the window itself, the saturated ones are
+    sent at least the change ratio more requests than every sibling with room (not saturated,
+    nothing waiting): the load is not spread, whatever the baseline held (DP ranks stacking,
+    vllm-project/vllm#36748: 117 waiting on two ranks while the others have room). A member
+    saturated at the same request rate as its siblings is not this: its own requests grew."""
+    room = [v for v in views if not _saturated(ctx, v) and (value(v, "waiting_last") or 0) < 1]
+    rates = [r for v in room if (r := _offered(v)) is not None]
+    if not room or len(rates) < len(room):
+        return None
+    factor, most = ctx.limit(t.CHANGE_RATIO), max(rates)
+    hot = [v for v in busy if (r := _offered(v)) is not None and r >= factor * most and r > 0]
+    return (hot, room) if hot else None
+
+
 def _members(views: list[View]) -> list[View]:
     """The engines and replicas of one model, without a server's own aggregate view: the series
     kvscope serve writes for a whole instance (arrivals at its gateway, no `engine` label) are
@@ -90,9 +115,12 @@ def check(ctx: Context) -> list[Finding]:
         busy = [v for v in views if _saturated(ctx, v)]
         idle = [v for v in views if not _saturated(ctx, v) and _idle(ctx, v)]
         moved = _moved(ctx, views)
+        roomy = False
         if moved is not None and (not busy or not idle):
             busy = [v for v in moved[0] if _saturated(ctx, v)]
             idle = [v for v in moved[1] if not _saturated(ctx, v)]
+        if busy and not idle and (uneven := _uneven(ctx, busy, views)) is not None:
+            (busy, idle), roomy = uneven, True
         if not busy or not idle:
             continue
         busy.sort(key=lambda v: -(value(v, "waiting_max") or 0))
@@ -111,7 +139,13 @@ def check(ctx: Context) -> list[Finding]:
                     f"load is not spread across the {len(views)} {'engines' if data_parallel else 'replicas'} of "
                     f"{model or 'one model'}: {', '.join(describe(labels_of(v)) for v in busy)} "
                     f"{'is' if len(busy) == 1 else 'are'} saturated (up to {value(worst, 'waiting_max') or 0:.0f} "
-                    f"waiting) while {len(idle)} sit idle."
+                    f"waiting) while {len(idle)} "
+                    + (
+                        f"have room and are sent {max(_offered(v) or 0 for v in idle):.2f} requests/s at most "
+                        f"against {min(_offered(v) or 0 for v in busy):.2f}/s."
+                        if roomy
+                        else "sit idle."
+                    )
                 ),
                 affected=[affected(labels_of(v)) for v in (*busy, *idle)],
                 evidence=ev,

@@ -16,9 +16,7 @@ from tests.scenarios.reality2 import cases
 pytestmark = [pytest.mark.integration, pytest.mark.no_engine]
 CASES = cases()
 # not right yet (issue 20: what each needs), strict: a fix turns it into a failure to remove here
-NOT_YET = {
-    "dp-ranks-two-hot": "load_imbalance before the hot ranks' KV exhaustion",
-}
+NOT_YET: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")

@@ -40,6 +40,18 @@ def _gpus(count: int, extra: str = "", util: float = 92.0, clock: float = 1980.0
     return "\n".join(lines) + "\n" + extra
 
 
+def _counted(finished: list[float], preempted: list[float]) -> str:
+    """Each engine's finished requests and preemptions so far (counters)."""
+    lines = []
+    for n, (done, evicted) in enumerate(zip(finished, preempted, strict=True)):
+        labels = f'{ENGINE},engine="{n}"'
+        lines += [
+            f'{c.VLLM_REQUEST_SUCCESS.name}{{{labels},finished_reason="stop"}} {done}',
+            f"{c.VLLM_NUM_PREEMPTIONS.name}{{{labels}}} {evicted}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
 def _read(page: str):
     samples, _ = promtext.parse_lenient(page)
     return diagnose(compute(MEASURES, [(0.0, samples), (10.0, samples)], "pages"), 0, 10, "pages")
@@ -78,3 +90,24 @@ def test_impossible_readings_are_dropped_with_a_note_not_printed():
     assert "gr_active_avg: 1 value(s) dropped (impossible: 3.5 outside 0..1)" in said
     assert "gpu_util_avg: 1 value(s) dropped (negative)" in said
     assert "170%" not in result.summary and "1.7" not in result.summary
+
+
+def test_one_engine_saturated_at_the_same_request_rate_as_its_siblings_is_not_an_imbalance():
+    # its own requests grew (longer prompts): the same arrivals everywhere, one pool full
+    page = _engines([110, 0, 0, 0], [64, 30, 28, 31], [0.98, 0.45, 0.4, 0.5])
+    first = promtext.parse_lenient(page + _counted([0, 0, 0, 0], [0, 0, 0, 0]))[0]
+    last = promtext.parse_lenient(page + _counted([40, 40, 40, 40], [8, 0, 0, 0]))[0]
+    result = diagnose(compute(MEASURES, [(0.0, first), (10.0, last)], "pages"), 0, 10, "pages")
+    assert "load_imbalance" not in {i.id for i in result.incidents}, result.summary
+    assert result.bottleneck == "kv_cache_exhaustion", result.summary
+
+
+def test_saturated_dp_ranks_sent_far_more_than_siblings_with_room_are_an_imbalance():
+    # vllm-project/vllm#36748: two ranks stacked (KV full, a queue), the others have room
+    page = _engines([110, 110, 0, 0], [51, 51, 6, 6], [0.99, 0.99, 0.3, 0.3])
+    first = promtext.parse_lenient(page + _counted([0, 0, 0, 0], [0, 0, 0, 0]))[0]
+    last = promtext.parse_lenient(page + _counted([60, 60, 10, 10], [3, 3, 0, 0]))[0]
+    result = diagnose(compute(MEASURES, [(0.0, first), (10.0, last)], "pages"), 0, 10, "pages")
+    assert result.bottleneck == "load_imbalance", result.summary
+    assert "have room and are sent 1.00 requests/s at most against 6.00/s" in result.summary
+    assert "kv_cache_exhaustion" in result.incidents[0].explains
