@@ -1,6 +1,7 @@
 """The metamorphic suite in full: every case of the library and both reality splits under every
 transform (tests/scenarios/transforms.py), backfilled into one real Prometheus; a row per
-transform with how many cases kept their verdict, and each case that did not.
+transform with how many cases kept their verdict, and each case that did not; and the time to
+verdict (the in-process diagnosis: fetch, checks, onsets) on the largest fleets.
 
     .venv/bin/python -m bench.metamorphic
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import tempfile
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -25,9 +27,17 @@ def main() -> int:
         url,
         start,
     ):
-        base = {f.name: verdict(url, start, f) for f in originals}
+        timed: list[tuple[float, int, str]] = []
+
+        def judged(fleet):
+            began = time.perf_counter()
+            said = verdict(url, start, fleet)
+            timed.append((time.perf_counter() - began, len(fleet.instances), fleet.name))
+            return said
+
+        base = {f.name: judged(f) for f in originals}
         for transform, original, shaped in chosen:
-            now = verdict(url, start, shaped)
+            now = judged(shaped)
             kept[transform][1] += 1
             if now == base[original.name]:
                 kept[transform][0] += 1
@@ -39,6 +49,10 @@ def main() -> int:
     if changed:
         print("\n| transform | case | verdict | after the transform |\n| --- | --- | --- | --- |")
         print("\n".join(changed))
+    print("\n| fleet | instances | time to verdict |\n| --- | --- | --- |")
+    for seconds, size, name in sorted(timed, key=lambda x: (-x[1], -x[0]))[:5]:
+        print(f"| {name} | {size} | {seconds:.2f} s |")
+    print(f"slowest of {len(timed)}: {max(timed)[0]:.2f} s")
     return 0 if not changed else 1
 
 
