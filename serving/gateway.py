@@ -72,6 +72,21 @@ def bearer(scope: Scope) -> bytes | None:
     return None
 
 
+def timing_headers(arrived: float, admitted: float, entered: float | None, started: float) -> list[tuple[bytes, bytes]]:
+    """What the gateway's own work cost this request, as it answers (perf_counter seconds):
+    `x-kvscope-overhead-ms` (its wall time from the request's arrival to forwarding it: reading,
+    checking, counting, admitting; as LiteLLM's x-litellm-overhead-duration-ms), and a W3C
+    Server-Timing header with that, the wait in its QoS lane, and the engine until its response
+    began. The histogram of the overhead is catalog.REQUEST_GATEWAY_SECONDS in /metrics."""
+    entered = admitted if entered is None else entered
+    own, lane, engine = ((b - a) * 1000 for a, b in ((arrived, admitted), (admitted, entered), (entered, started)))
+    timing = (
+        f'admission;dur={own:.2f};desc="kvscope admission", queue;dur={lane:.2f};desc="QoS lane", '
+        f"engine;dur={engine:.2f}"
+    )
+    return [(b"x-kvscope-overhead-ms", f"{own:.2f}".encode()), (b"server-timing", timing.encode())]
+
+
 async def send_json(send: Send, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
     raw_headers = [
         (b"content-type", b"application/json"),
@@ -114,6 +129,7 @@ class _Exchange:
     aborted: bool = False
     held: bool = False  # waited at the gateway for its QoS class's KV share
     entered: bool = False  # handed to vLLM (not only held at the gateway)
+    entered_at: float | None = None  # perf_counter when it was
     reservation: Reservation | None = None  # what the shared quota backend holds for it
     streamed: int = 0  # SSE events that carried generated output (what a disconnect is charged)
     span_ended: bool = field(default=False, repr=False)
@@ -511,6 +527,7 @@ class Gateway:
                 exchange.started, exchange.status = True, message["status"]
                 extra = [
                     (b"x-request-id", request_id.encode()),
+                    *timing_headers(arrived, admitted, exchange.entered_at, time.perf_counter()),
                     # what the request holds of the tenant's budget: its prompt, and prompt + output
                     (b"x-kvscope-prompt-tokens", str(sum(admission.prompt_tokens)).encode()),
                     (b"x-kvscope-reserved-tokens", str(admission.reserved_tokens).encode()),
@@ -543,7 +560,8 @@ class Gateway:
         self._publish_quota(tenant, tier)
         self.inflight += 1
         forwarded = {**scope, "headers": headers}
-        self.metrics.gateway_seconds.labels(self.model_name).observe(time.perf_counter() - arrived)
+        admitted = time.perf_counter()
+        self.metrics.gateway_seconds.labels(self.model_name).observe(admitted - arrived)
         lane = self.lanes.get(admission.qos_class)
         try:
             async with contextlib.AsyncExitStack() as stack:
@@ -552,7 +570,7 @@ class Gateway:
                     await stack.enter_async_context(asyncio.timeout(remaining))
                 if lane is not None:
                     await stack.enter_async_context(self._in_lane(lane, exchange, receive))
-                exchange.entered = True
+                exchange.entered, exchange.entered_at = True, time.perf_counter()
                 await self.app(forwarded, receive_body, send_tracked)
         except TimeoutError:
             await self._deadline_passed(exchange, send)

@@ -464,3 +464,19 @@ def test_a_route_the_model_does_not_mount_is_a_json_404():
     assert response.status_code == 404 and "not served for this model" in _error(response)["message"]
     assert _request(gateway, "GET", "/ready", key=None).status_code == 200
     assert not engine.seen
+
+
+def test_each_answer_says_what_the_gateway_cost_it():
+    import re
+
+    gateway, _ = _gateway()
+    response = _request(gateway, "POST", "/v1/completions", {"model": "m", "prompt": "zaba", "max_tokens": 5})
+    assert response.status_code == 200
+    overhead = float(response.headers["x-kvscope-overhead-ms"])
+    timing = response.headers["server-timing"]
+    parts = dict(re.findall(r"(\w+);dur=([0-9.]+)", timing))
+    assert set(parts) == {"admission", "queue", "engine"}, timing
+    assert float(parts["admission"]) == overhead >= 0 and float(parts["queue"]) >= 0
+    # a refusal costs nothing of the engine's: no engine entry
+    refused = _request(gateway, "POST", "/v1/completions", {"model": "m", "prompt": "zaba"}, key=None)
+    assert refused.status_code == 401 and "engine;" not in refused.headers.get("server-timing", "")
