@@ -1502,3 +1502,47 @@ def dcgm_shape(name: str, shape: str) -> tuple[str, float]:
     signal = next(s for s in all_signals() if s.name == name)
     factor = signal.scale_of(rename.new)
     return rename.new, 1.0 / factor if factor else 1.0
+
+
+# --- OpenTelemetry GenAI metrics (pushed over OTLP by kvscope serve, not scraped) -------------
+# open-telemetry/semantic-conventions v1.41.0, docs/gen-ai/gen-ai-metrics.md (status Development:
+# names, units and buckets may change; this is the version followed, docs/metrics.md says so).
+GENAI_SEMCONV_VERSION = "1.41.0"
+GENAI_PROVIDER = "vllm"  # gen_ai.provider.name: the engine that serves (no well-known value for it)
+
+
+@dataclass(frozen=True)
+class OtelHistogram:
+    """One OpenTelemetry histogram: its name, unit (UCUM), explicit bucket bounds and meaning."""
+
+    name: str
+    unit: str
+    buckets: tuple[float, ...]
+    help: str
+
+
+GENAI_REQUEST_DURATION = OtelHistogram(
+    "gen_ai.server.request.duration",
+    "s",
+    (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92),
+    "Generative AI server request duration such as time-to-last byte or last output token.",
+)
+GENAI_TIME_TO_FIRST_TOKEN = OtelHistogram(
+    "gen_ai.server.time_to_first_token",
+    "s",
+    (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0),
+    "Time to generate first token for successful responses.",
+)
+GENAI_TIME_PER_OUTPUT_TOKEN = OtelHistogram(
+    "gen_ai.server.time_per_output_token",
+    "s",
+    (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5),
+    "Time per output token generated after the first token for successful responses.",
+)
+GENAI_TOKEN_USAGE = OtelHistogram(
+    "gen_ai.client.token.usage",
+    "{token}",
+    (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864),
+    "Number of input and output tokens used (billable: what vLLM ran).",
+)
+GENAI_METRICS = (GENAI_REQUEST_DURATION, GENAI_TIME_TO_FIRST_TOKEN, GENAI_TIME_PER_OUTPUT_TOKEN, GENAI_TOKEN_USAGE)

@@ -150,6 +150,26 @@ def render() -> str:
         )
     out += [
         "",
+        "## OpenTelemetry GenAI metrics (OTLP, from kvscope serve)",
+        "",
+        f"Pushed over OTLP, not scraped: OpenTelemetry's GenAI server metrics as open-telemetry/semantic-conventions "
+        f"v{catalog.GENAI_SEMCONV_VERSION} defines them in docs/gen-ai/gen-ai-metrics.md (status Development: this "
+        "is the version followed). Off unless `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT` "
+        "is set; `OTEL_EXPORTER_OTLP_METRICS_PROTOCOL` / `OTEL_EXPORTER_OTLP_PROTOCOL` (http/protobuf, grpc), "
+        "`OTEL_EXPORTER_OTLP_HEADERS` and `OTEL_METRIC_EXPORT_INTERVAL` as for any OpenTelemetry program. "
+        "Attributes: `gen_ai.operation.name` (`text_completion`, `chat`, `embeddings`, else the route's shape), "
+        f"`gen_ai.provider.name` (`{catalog.GENAI_PROVIDER}`), `gen_ai.request.model`, `server.port`, `error.type` "
+        "(request duration of a failed request: its HTTP status), `gen_ai.token.type` (`input`, `output`: "
+        "the tokens vLLM ran, its usage). First-token and per-token times are recorded for successful responses "
+        "only.",
+        "",
+        "| name | instrument | unit | buckets | meaning |",
+        "| --- | --- | --- | --- | --- |",
+        *(
+            f"| `{h.name}` | histogram | `{h.unit}` | {', '.join(f'{b:g}' for b in h.buckets)} | {_cell(h.help)} |"
+            for h in catalog.GENAI_METRICS
+        ),
+        "",
         "## Thresholds",
         "",
         "Used by the alert rules, the dashboards' threshold lines and the diagnosis alike.",

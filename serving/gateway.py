@@ -30,6 +30,7 @@ from serving import routes, tracing
 from serving.admission import Admission, AdmissionPolicy
 from serving.bodies import parse_json, read_body
 from serving.errors import Rejection, error_body
+from serving.genai_metrics import GenAiMetrics, Outcome
 from serving.lanes import KvLane
 from serving.metrics import ServingMetrics
 from serving.pooling_prompts import POOLING_SHAPES, engine_prefix
@@ -70,6 +71,25 @@ def bearer(scope: Scope) -> bytes | None:
     if header[:7].lower() == b"bearer ":
         return header[7:].strip() or None
     return None
+
+
+# gen_ai.operation.name of each route's shape: the conventions' well-known values where one fits,
+# else the shape's own name (score, rerank, classify, pool)
+_OPERATIONS = {
+    Shape.COMPLETIONS: "text_completion",
+    Shape.CHAT: "chat",
+    Shape.CHAT_BATCH: "chat",
+    Shape.RESPONSES: "chat",
+    Shape.MESSAGES: "chat",
+    Shape.INVOCATIONS: "chat",
+    Shape.EMBED: "embeddings",
+    Shape.COHERE_EMBED: "embeddings",
+}
+
+
+def _port(scope: Scope) -> int | None:
+    server = scope.get("server")
+    return int(server[1]) if server and len(server) > 1 and server[1] is not None else None
 
 
 def timing_headers(arrived: float, admitted: float, entered: float | None, started: float) -> list[tuple[bytes, bytes]]:
@@ -130,6 +150,8 @@ class _Exchange:
     held: bool = False  # waited at the gateway for its QoS class's KV share
     entered: bool = False  # handed to vLLM (not only held at the gateway)
     entered_at: float | None = None  # perf_counter when it was
+    arrived: float = 0.0  # perf_counter when the request reached the gateway
+    port: int | None = None  # the port it reached (server.port)
     reservation: Reservation | None = None  # what the shared quota backend holds for it
     streamed: int = 0  # SSE events that carried generated output (what a disconnect is charged)
     span_ended: bool = field(default=False, repr=False)
@@ -250,6 +272,7 @@ class Gateway:
         kv_pool_tokens: int | None = None,
         root_path: str = "",
         mounted: frozenset[str] | None = None,
+        genai: GenAiMetrics | None = None,
     ) -> None:
         self.app = app
         self.policy = policy
@@ -259,6 +282,7 @@ class Gateway:
         self.abort = abort
         self.model_name = model_name
         self.tracer = tracer or trace.NoOpTracer()
+        self.genai = genai  # OpenTelemetry's GenAI metrics over OTLP (None: not configured)
         self.root_path = root_path.rstrip("/")
         self.mounted = mounted  # the route templates vLLM's app mounts for this model (None: all)
         self.ready = False
@@ -496,6 +520,7 @@ class Gateway:
         tag = RequestTag(tenant, tier, admission.qos_class, admission.priority, span)
         deadline = self.policy.config.tiers[tier].deadline_seconds
         exchange = _Exchange(request_id, shape, tenant, tier, admission, tag, deadline, reservation=reservation)
+        exchange.arrived, exchange.port = arrived, _port(scope)
         tag.expected = dict.fromkeys(exchange.engine_ids, admission.n)
         tag.on_finished = lambda part: self._on_part_finished(exchange, part)
         self.tags.add(request_id, tag)
@@ -697,6 +722,29 @@ class Gateway:
         if exchange.status and exchange.status >= 400:
             span.set_status(trace.Status(trace.StatusCode.ERROR, f"HTTP {exchange.status}"))
         span.end()
+        if self.genai is not None:
+            self.genai.record(self._outcome(exchange))
+
+    def _outcome(self, exchange: _Exchange) -> Outcome:
+        """The request's GenAI metrics: its time, its tokens as vLLM counted them (its usage),
+        and, for a success, its first token and time per token after it."""
+        parts = exchange.tag.finished
+        failed = exchange.aborted or not exchange.status or exchange.status >= 400
+        generated = sum(p.generation_tokens for p in parts)
+        decoding = [(p.decode_seconds, p.generation_tokens - 1) for p in parts if p.decode_seconds is not None]
+        steps = sum(n for _, n in decoding if n > 0)
+        ttfts = [p.ttft_seconds for p in parts if p.ttft_seconds is not None]
+        return Outcome(
+            operation=_OPERATIONS.get(exchange.shape, exchange.shape.value),  # score, rerank: their own
+            model=self.model_name,
+            port=exchange.port,
+            seconds=time.perf_counter() - exchange.arrived,
+            error=(str(exchange.status or 499) if failed else None),
+            input_tokens=sum(p.prompt_tokens for p in parts) if parts else None,
+            output_tokens=generated if parts else None,
+            ttft=min(ttfts) if ttfts else None,
+            per_token=sum(d for d, n in decoding if n > 0) / steps if steps else None,
+        )
 
     def _bucket(self, exchange: _Exchange) -> Any:
         tier = self.policy.config.tiers[exchange.tier]

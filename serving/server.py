@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kvscope import exitcodes
-from serving import tracing
+from serving import genai_metrics, tracing
 from serving.admission import AdmissionPolicy
 from serving.demo_model import SERVED_NAME, ensure_demo_model
 from serving.gateway import Gateway
@@ -203,6 +203,7 @@ async def serve(prepared: Prepared, options: ServeOptions) -> int:
             quotas=TenantQuotas(),
         )
         tracer, provider = tracing.make_tracer()
+        genai, meters = genai_metrics.make()
         gateway = Gateway(
             app,
             policy=policy,
@@ -215,6 +216,7 @@ async def serve(prepared: Prepared, options: ServeOptions) -> int:
             kv_pool_tokens=kv_capacity_tokens(vllm_config),
             root_path=args.root_path or "",
             mounted=frozenset(getattr(r, "path", "") for r in app.routes),
+            genai=genai,
         )
         _log_gateway(gateway, kv_capacity_tokens(vllm_config))
         for row in prepared.effective:
@@ -231,6 +233,8 @@ async def serve(prepared: Prepared, options: ServeOptions) -> int:
         exit_code = await _run_until_stopped(server, sock, gateway, engine, options.drain_timeout)
         if provider is not None:
             provider.shutdown()
+        if meters is not None:
+            meters.shutdown()  # the last export
     finally:
         engine.shutdown()
         sock.close()

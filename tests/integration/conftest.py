@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from drill.launcher import ServerProcess, free_port, kvscope_server, running
@@ -42,15 +43,21 @@ KV_BLOCKS = 520
 
 @dataclass
 class OtlpReceiver:
-    """An OTLP/HTTP trace endpoint that keeps every span it is sent."""
+    """An OTLP/HTTP endpoint that keeps every span and every histogram point it is sent, decoded
+    from the protobuf (opentelemetry-proto), as a collector would read them."""
 
     url: str
     spans: list[dict] = field(default_factory=list)
+    points: list[dict] = field(default_factory=list)  # one per histogram data point, per export
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def snapshot(self) -> list[dict]:
         with self.lock:
             return list(self.spans)
+
+    def histograms(self) -> list[dict]:
+        with self.lock:
+            return list(self.points)
 
 
 def _attribute_value(value) -> object:
@@ -68,6 +75,9 @@ def otlp_receiver() -> Iterator[OtlpReceiver]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             payload = self.rfile.read(int(self.headers.get("content-length", 0)))
+            if self.path.endswith("/v1/metrics"):
+                self._metrics(payload)
+                return
             request = ExportTraceServiceRequest()
             request.ParseFromString(payload)
             for resource_spans in request.resource_spans:
@@ -88,6 +98,31 @@ def otlp_receiver() -> Iterator[OtlpReceiver]:
                                     "attributes": {a.key: _attribute_value(a.value) for a in span.attributes},
                                 }
                             )
+            self.send_response(200)
+            self.send_header("content-type", "application/x-protobuf")
+            self.end_headers()
+
+        def _metrics(self, payload: bytes) -> None:
+            request = ExportMetricsServiceRequest()
+            request.ParseFromString(payload)
+            for resource_metrics in request.resource_metrics:
+                for scope_metrics in resource_metrics.scope_metrics:
+                    for metric in scope_metrics.metrics:
+                        if metric.WhichOneof("data") != "histogram":
+                            continue
+                        for point in metric.histogram.data_points:
+                            with receiver.lock:
+                                receiver.points.append(
+                                    {
+                                        "name": metric.name,
+                                        "unit": metric.unit,
+                                        "bounds": tuple(point.explicit_bounds),
+                                        "count": point.count,
+                                        "sum": point.sum,
+                                        "attributes": {a.key: _attribute_value(a.value) for a in point.attributes},
+                                        "at": point.time_unix_nano,
+                                    }
+                                )
             self.send_response(200)
             self.send_header("content-type", "application/x-protobuf")
             self.end_headers()
@@ -127,6 +162,7 @@ def kvscope(
             "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_receiver.url,
             "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
             "OTEL_BSP_SCHEDULE_DELAY": "200",
+            "OTEL_METRIC_EXPORT_INTERVAL": "500",
         },
     )
     with running(server, ready_path="/ready", timeout=240) as ready:

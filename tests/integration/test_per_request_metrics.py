@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+from openai import OpenAI
 
 from kvscope import catalog, promtext
 from kvscope.catalog import FINE_LATENCY_BUCKETS
@@ -214,3 +215,37 @@ def test_vllms_per_request_times_agree_with_the_gateways_own(kvscope, otlp_recei
     assert _delta(before, after, catalog.VLLM_TTFT, "_count") == n
     vllm_histogram = _delta(before, after, catalog.VLLM_TTFT, "_sum") * 1000
     assert ttft_sum == pytest.approx(vllm_histogram, abs=n * OUTPUT_HOP_S * 1000)
+
+
+def test_the_genai_metrics_reach_an_otlp_receiver_with_vllms_token_counts(kvscope, otlp_receiver):
+    # OpenTelemetry's GenAI server metrics (semantic-conventions v1.41.0), pushed over OTLP/HTTP
+    # and decoded from the protobuf: names, units, buckets, attributes, tokens as vLLM's usage
+    def usage_sums() -> dict[str, float]:
+        latest: dict[tuple, dict] = {}
+        for p in otlp_receiver.histograms():
+            if p["name"] == catalog.GENAI_TOKEN_USAGE.name:
+                key = tuple(sorted(p["attributes"].items()))
+                if key not in latest or p["at"] >= latest[key]["at"]:
+                    latest[key] = p  # cumulative: the last export holds the total
+        return {
+            t: sum(p["sum"] for p in latest.values() if p["attributes"]["gen_ai.token.type"] == t)
+            for t in ("input", "output")
+        }
+
+    before = usage_sums()
+    client = OpenAI(base_url=kvscope.base_url + "/v1", api_key=KEY, timeout=120)
+    answer = client.completions.create(model=SERVED_NAME, prompt="zaba kelo mu", max_tokens=9)
+    usage = answer.usage
+    assert usage is not None
+    expected = {"input": before["input"] + usage.prompt_tokens, "output": before["output"] + usage.completion_tokens}
+    eventually(lambda: usage_sums() == expected, timeout=60, what="the request's tokens exported over OTLP")
+    points = otlp_receiver.histograms()
+    for h in catalog.GENAI_METRICS:
+        mine = [p for p in points if p["name"] == h.name]
+        assert mine, h.name
+        assert {p["unit"] for p in mine} == {h.unit} and {p["bounds"] for p in mine} == {h.buckets}
+        for p in mine:
+            attributes = p["attributes"]
+            assert attributes["gen_ai.provider.name"] == "vllm" and attributes["gen_ai.request.model"] == SERVED_NAME
+            assert attributes["gen_ai.operation.name"] in ("text_completion", "chat", "embeddings")
+            assert isinstance(attributes["server.port"], int)
