@@ -16,6 +16,7 @@ KV_USAGE = metric(c.VLLM_KV_CACHE_USAGE).max()
 WAITING = metric(c.VLLM_REQUESTS_WAITING).sum()
 RUNNING = metric(c.VLLM_REQUESTS_RUNNING).sum()
 PREEMPTIONS = metric(c.VLLM_NUM_PREEMPTIONS).sum()
+ADMITTED = metric(c.GATEWAY_REQUESTS).sum()
 
 
 def preemption_rate(window: str) -> str:
@@ -121,3 +122,18 @@ def preemptions_between(api: PrometheusClient, start: float, end: float) -> floa
     before = api.value(str(PREEMPTIONS), start) or 0.0
     after = api.value(str(PREEMPTIONS), end) or 0.0
     return max(0.0, after - before)
+
+
+def first_counted(api: PrometheusClient, start: float, end: float, step: float) -> float | None:
+    """Seconds from `start` until Prometheus first holds a request admitted after it (the
+    traffic's first requests through the gateway, its exporter's collection and the scrape);
+    None when it never does by `end`."""
+    try:
+        result = api.query_range(str(ADMITTED), start, end, step)
+    except PrometheusError:
+        return None
+    points = [(t, v) for t, v in (result[0][1] if result else []) if not math.isnan(v)]
+    if not points:
+        return None
+    floor = points[0][1]
+    return next((t - start for t, v in points if v > floor), None)

@@ -366,9 +366,11 @@ def _segment(
     # increase() to see it; a change of load needs only two scrapes of lead, so the window's
     # load is the changed load (the trigger's ratio is the scenario's, not diluted)
     lead = min(parse_duration(window) if scenario.faults else 2 * options.scrape_interval, (changed - started) / 2)
-    # the baseline leaves out the traffic's first seconds: until the exporter has collected and
-    # Prometheus scraped them (a second each), the counters read the load low
-    settle = min(2 * options.scrape_interval + 1, (changed - started - lead) / 2)
+    # the baseline leaves out the traffic's first seconds: until the gateway's count of them has
+    # gone through the exporter and the scrape (measured: seconds on an idle machine, several on a
+    # busy one), and a rate window of scrapes after that, the counters read the load low
+    delay = observe.first_counted(st.api, started, changed, options.scrape_interval)
+    settle = min((delay or 0.0) + 2 * options.scrape_interval + 1, (changed - started - lead) / 2)
     # as of the traffic's end (plus a scrape): the window is the traffic's, not what came after
     at = min(ended, traffic_end + options.scrape_interval)
     diagnosis, markdown = _diagnose(

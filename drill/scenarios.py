@@ -132,6 +132,7 @@ SCENARIOS = {
             ("GPUXidDrainNode",),
             load=0.32,  # busy enough that the GPU counts as working (idle GPUs slow their clocks by design)
             duration=75.0,
+            before_share=0.5,  # a baseline long enough to compare the load against, past the lead
             fault={"gpu": 1, "fault": "xid", "xid": 79},
         ),
         Scenario(
@@ -142,6 +143,7 @@ SCENARIOS = {
             ("GPUTemperatureHigh", "GPUThrottled"),
             load=0.32,  # busy enough that the GPU counts as working (idle GPUs slow their clocks by design)
             duration=75.0,
+            before_share=0.5,  # a baseline long enough to compare the load against, past the lead
             fault={"gpu": 0, "fault": "thermal", "temp_c": 94},
         ),
         Scenario(
@@ -152,6 +154,7 @@ SCENARIOS = {
             ("GPUPCIeLinkDegraded",),
             load=0.32,  # busy enough that the GPU counts as working (idle GPUs slow their clocks by design)
             duration=75.0,
+            before_share=0.5,  # a baseline long enough to compare the load against, past the lead
             fault={"gpu": 0, "fault": "pcie_degraded", "generation": 3, "width": 8},
         ),
         Scenario(
@@ -162,6 +165,7 @@ SCENARIOS = {
             ("GPUMemoryFull",),
             load=0.32,  # busy enough that the GPU counts as working (idle GPUs slow their clocks by design)
             duration=75.0,
+            before_share=0.5,  # a baseline long enough to compare the load against, past the lead
             fault={"gpu": 0, "fault": "memory_leak", "mib_per_minute": 20000},
         ),
     )
@@ -203,5 +207,6 @@ def combined(parts: Sequence[Scenario]) -> Scenario:
         tuple(dict.fromkeys(a for p in moved for a in p.alerts)),
         load=max(p.load for p in parts),
         duration=max(p.duration for p in parts),
+        before_share=max(p.before_share for p in parts),
         parts=moved,
     )
