@@ -43,7 +43,7 @@ def test_each_request_records_the_four_instruments_with_the_conventions_names_an
     points = _points(reader)
     assert set(points) == {h.name for h in c.GENAI_METRICS}
     for h in c.GENAI_METRICS:
-        (unit, point), *rest = points[h.name]
+        (unit, point), *_ = points[h.name]
         assert unit == h.unit and tuple(point.explicit_bounds) == h.buckets, h.name
         assert point.attributes["gen_ai.operation.name"] == "text_completion"
         assert point.attributes["gen_ai.provider.name"] == "vllm"
