@@ -151,6 +151,7 @@ class _Exchange:
     entered: bool = False  # handed to vLLM (not only held at the gateway)
     entered_at: float | None = None  # perf_counter when it was
     arrived: float = 0.0  # perf_counter when the request reached the gateway
+    ended_at: float | None = None  # ... when its last byte was sent
     port: int | None = None  # the port it reached (server.port)
     reservation: Reservation | None = None  # what the shared quota backend holds for it
     streamed: int = 0  # SSE events that carried generated output (what a disconnect is charged)
@@ -574,7 +575,7 @@ class Gateway:
                     chunk = bytes(message.get("body", b""))
                     exchange.streamed += output_events(chunk)
                 if not message.get("more_body", False):
-                    exchange.done = True
+                    exchange.done, exchange.ended_at = True, time.perf_counter()
             await send(message)
 
         self.metrics.requests.labels(tenant, tier, admission.qos_class).inc()
@@ -738,7 +739,7 @@ class Gateway:
             operation=_OPERATIONS.get(exchange.shape, exchange.shape.value),  # score, rerank: their own
             model=self.model_name,
             port=exchange.port,
-            seconds=time.perf_counter() - exchange.arrived,
+            seconds=(exchange.ended_at or time.perf_counter()) - exchange.arrived,  # to the last byte
             error=(str(exchange.status or 499) if failed else None),
             input_tokens=sum(p.prompt_tokens for p in parts) if parts else None,
             output_tokens=generated if parts else None,
