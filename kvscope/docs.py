@@ -153,8 +153,9 @@ def render() -> str:
         "## OpenTelemetry GenAI metrics (OTLP, from kvscope serve)",
         "",
         f"Pushed over OTLP, not scraped: OpenTelemetry's GenAI server metrics as open-telemetry/semantic-conventions "
-        f"v{catalog.GENAI_SEMCONV_VERSION} defines them in docs/gen-ai/gen-ai-metrics.md (status Development: this "
-        "is the version followed). Off unless `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT` "
+        f"v{catalog.GENAI_SEMCONV_VERSION} defines them in docs/gen-ai/gen-ai-metrics.md, whose status is "
+        "Development, so this is the version followed. Sent only where "
+        "`OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT` "
         "is set; `OTEL_EXPORTER_OTLP_METRICS_PROTOCOL` / `OTEL_EXPORTER_OTLP_PROTOCOL` (http/protobuf, grpc), "
         "`OTEL_EXPORTER_OTLP_HEADERS` and `OTEL_METRIC_EXPORT_INTERVAL` as for any OpenTelemetry program. "
         "Attributes: `gen_ai.operation.name` (`text_completion`, `chat`, `embeddings`, else the route's shape), "
