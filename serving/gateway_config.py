@@ -16,6 +16,11 @@ quotas; requests longer than max_model_len are still refused before the engine.
         classes:
           - {name: interactive, max_prompt_tokens: 512, delay_ms: 0}
           - {name: bulk, delay_ms: 60000, kv_share: 0.5}
+      otlp:                     # spans and GenAI metrics; OTEL_EXPORTER_OTLP_* win where set
+        endpoint: http://otel-collector:4318
+        protocol: http/protobuf
+        headers: {x-tenant: serving}
+        metric_export_interval_ms: 10000
 """
 
 from __future__ import annotations
@@ -127,6 +132,40 @@ class Qos(_Strict):
         return self
 
 
+OTLP_PROTOCOLS = ("http/protobuf", "grpc")
+
+
+class Otlp(_Strict):
+    """OpenTelemetry export of spans and GenAI metrics, as the OTEL_EXPORTER_OTLP_* variables
+    say it; a variable that is set wins over its key here (serving/telemetry_env.py)."""
+
+    endpoint: str | None = Field(None, description="OTEL_EXPORTER_OTLP_ENDPOINT: traces and metrics")
+    traces_endpoint: str | None = Field(None, description="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    metrics_endpoint: str | None = Field(None, description="OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+    protocol: Literal["http/protobuf", "grpc"] | None = Field(None, description="OTEL_EXPORTER_OTLP_PROTOCOL")
+    headers: dict[str, str] = Field(default_factory=dict, description="OTEL_EXPORTER_OTLP_HEADERS")
+    metric_export_interval_ms: int | None = Field(None, ge=100, le=3_600_000, description="OTEL_METRIC_EXPORT_INTERVAL")
+
+    @field_validator("endpoint", "traces_endpoint", "metrics_endpoint")
+    @classmethod
+    def _url(cls, url: str | None) -> str | None:
+        if url is not None:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"OTLP endpoint {url!r} is not an http:// or https:// URL")
+        return url
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, headers: dict[str, str]) -> dict[str, str]:
+        for name, value in headers.items():
+            if not name or not all(c.isalnum() or c in "-_" for c in name) or len(name) > 128:
+                raise ValueError(f"OTLP header name {name!r} is not a plain token")
+            if any(c in value for c in ",\r\n") or len(value) > 4096:
+                raise ValueError(f"OTLP header {name!r}: its value may not hold a comma or a line break")
+        return headers
+
+
 class GatewayConfig(_Strict):
     tiers: dict[str, Tier] = Field(default_factory=lambda: {"default": Tier()})
     tenants: dict[str, Tenant] = Field(default_factory=dict)
@@ -134,6 +173,7 @@ class GatewayConfig(_Strict):
         None, description="tier for requests without a key when keys are configured (None: 401)"
     )
     qos: Qos = Qos()
+    otlp: Otlp = Otlp()
     max_body_bytes: int = Field(16 << 20, ge=1024, le=1 << 30)
     max_json_depth: int = Field(64, ge=8, le=1000, description="deepest nesting a request body may have")
     prefix_hit_window_seconds: float = Field(60.0, gt=0)

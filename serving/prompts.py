@@ -3,9 +3,11 @@
 In `kvscope serve` the counter is vLLM's own renderer (`app.state.online_renderer`): chat
 templates, `tools`, `tool_calls`, documents and multimodal parts are rendered exactly as the
 engine will get them, and a part the model cannot take is a 400. The ids go on to vLLM, which
-then skips its own tokenisation: completions as `prompt`, chat as the token reuse vLLM offers
-for disaggregated serving (`kv_transfer_params.prompt_token_ids`), so a prompt is tokenised
-once. Tests use the tokenizer counter, which renders the same fields with the tokenizer's
+then skips its own tokenisation: completions as `prompt`, chat and Anthropic Messages (which
+vLLM converts to a chat request, kv_transfer_params kept) as the token reuse vLLM offers for
+disaggregated serving (`kv_transfer_params.prompt_token_ids`), so a prompt is tokenised once.
+Responses has no such reuse in vLLM 0.32 (its renderer reads no ids): rendered twice, at the
+measured cost in docs/benchmarks.md. Tests use the tokenizer counter, which renders the same fields with the tokenizer's
 chat template.
 """
 
@@ -287,7 +289,10 @@ class VllmCounter:
         except (ValueError, TypeError, KeyError) as exc:
             raise bad(" ".join(str(exc).split()) or "the messages cannot be converted", "messages") from None
         (ids,) = await self._rendered(self.renderer.render_chat(chat), "messages")
-        return Counted([len(ids)])
+        # vLLM converts the body to this same chat request, kv_transfer_params included, and
+        # its chat renderer reuses the ids there: the messages are tokenised once.
+        kv = dict(body.get("kv_transfer_params") or {})
+        return Counted([len(ids)], {"kv_transfer_params": {**kv, "prompt_token_ids": ids}})
 
     async def responses(self, body: dict[str, Any]) -> Counted:
         request = self._validated(_vllm().ResponsesRequest, body)

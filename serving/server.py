@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kvscope import exitcodes
-from serving import genai_metrics, tracing
+from serving import genai_metrics, telemetry_env, tracing
 from serving.admission import AdmissionPolicy
 from serving.demo_model import SERVED_NAME, ensure_demo_model
 from serving.gateway import Gateway
@@ -202,6 +202,8 @@ async def serve(prepared: Prepared, options: ServeOptions) -> int:
             qos_enabled=vllm_config.scheduler_config.policy == "priority",
             quotas=TenantQuotas(),
         )
+        for name in telemetry_env.apply(prepared.gateway_config.otlp):
+            log.info("%s from kvscope.yaml (gateway.otlp)", name)
         tracer, provider = tracing.make_tracer()
         genai, meters = genai_metrics.make()
         gateway = Gateway(

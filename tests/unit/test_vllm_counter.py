@@ -41,6 +41,24 @@ def test_chat_counts_tools_and_forwards_its_ids_for_reuse(counter):
     assert len(ids) == with_tools.counts[0]
 
 
+def test_anthropic_messages_forward_their_ids_and_vllm_renders_those_not_the_text(counter):
+    from vllm.entrypoints.anthropic.protocol import AnthropicMessagesRequest
+    from vllm.entrypoints.anthropic.serving import AnthropicServingMessages
+
+    body = {"model": "m", "messages": USER, "max_tokens": 1, "system": "kelo"}
+    counted = run(counter.messages(body))
+    ids = counted.patch["kv_transfer_params"]["prompt_token_ids"]
+    assert len(ids) == counted.counts[0]
+    # What vLLM's Messages route then does with the forwarded body: convert it to a chat
+    # request and render that. Forward other (valid) ids and the render returns exactly them:
+    # it took the ids, it did not template and tokenise the text again.
+    marker = list(reversed(ids))
+    forwarded = AnthropicMessagesRequest.model_validate({**body, "kv_transfer_params": {"prompt_token_ids": marker}})
+    chat = AnthropicServingMessages.to_chat_completion_request(forwarded)
+    _conversation, (engine_input,) = run(counter.renderer.render_chat(chat))
+    assert list(engine_input["prompt_token_ids"]) == marker
+
+
 def test_system_prompts_of_messages_and_instructions_of_responses_are_counted(counter):
     base = run(counter.messages({"model": "m", "messages": USER, "max_tokens": 1})).counts[0]
     system = run(counter.messages({"model": "m", "messages": USER, "max_tokens": 1, "system": "kelo " * 200})).counts[0]

@@ -1,0 +1,433 @@
+"""Benchmark (a''): the frontend's ceiling. vLLM's OpenAI server bare and behind kvscope's
+gateway, over an engine that answers without compute (bench/mock_engine.py), driven to
+saturation.
+
+    .venv/bin/python -m bench.frontend_ceiling [--rounds 3] [--requests 600] [--smoke]
+
+Three servers run side by side, each in its own process on the same mock engine: vLLM's
+OpenAI server (`bare`), `kvscope serve --profile default` with no gateway configuration
+(`default`), and `kvscope serve --profile tuned` with a gateway configuration that uses every
+feature on the request path: an API key per tenant, token and request quotas, deadlines, QoS
+classes and KV lanes, OpenTelemetry spans and GenAI metrics exported over OTLP to a local
+receiver (`tuned`). For each of four request shapes (completions and chat, streaming and not)
+and each round, in an order that rotates so a slow second of the machine hits all alike:
+
+- ceiling: a closed loop of `--concurrency` clients, each sending its next request when the
+  last one ended, `--requests` requests: requests/s, and the server process's CPU time per
+  request (user + system from /proc: the gateway, vLLM's app and AsyncLLM all live in it);
+- latency at half the ceiling: Poisson arrivals at half of this round's bare ceiling, the
+  same count: p50/p99 end-to-end latency (streaming: to the last byte).
+
+The client is a lean aiohttp loop in this process (what `vllm bench serve` does, without its
+per-request tokenisation, which on a 2-core machine would take the server's CPU), so the
+figures are the frontend's own; they are not comparable across machines, the paired ratios
+and differences are. Prints JSON and a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from bench.common import percentile
+from bench.serve_overhead import cpu_seconds
+from drill.launcher import ServerProcess, free_port, platform_engine_args, start_process
+from serving.demo_model import SERVED_NAME, ensure_demo_model
+
+SERVERS = ("bare", "default", "tuned")
+API_KEY = "sk-bench-1"
+PROMPT_WORDS = 24  # about 32 tokens of the demo model, as vllm-project/vllm#43469's (32, 512) input
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    path: str
+    stream: bool
+
+    def body(self, prompt: str, max_tokens: int) -> dict[str, Any]:
+        base: dict[str, Any] = {"model": SERVED_NAME, "max_tokens": max_tokens, "ignore_eos": True}
+        if self.stream:
+            base["stream"] = True
+        if self.path.endswith("chat/completions"):
+            return {**base, "messages": [{"role": "user", "content": prompt}]}
+        return {**base, "prompt": prompt}
+
+
+SHAPES = (
+    Shape("completions, streaming", "/v1/completions", True),
+    Shape("completions", "/v1/completions", False),
+    Shape("chat, streaming", "/v1/chat/completions", True),
+    Shape("chat", "/v1/chat/completions", False),
+)
+
+TUNED_CONFIG = f"""\
+gateway:
+  tiers:
+    standard: {{max_request_tokens: 4096, max_tokens: 1024, tokens_per_minute: 1000000000,
+               requests_per_minute: 1000000000, deadline_seconds: 600}}
+  tenants:
+    bench: {{tier: standard, api_keys: ["{API_KEY}"]}}
+  qos:
+    classes:
+      - {{name: interactive, max_prompt_tokens: 512, delay_ms: 0}}
+      - {{name: bulk, delay_ms: 60000, kv_share: 0.5}}
+"""
+
+
+class _Sink(BaseHTTPRequestHandler):
+    """An OTLP/HTTP receiver that accepts and drops what it gets (the export's cost is the sender's)."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        self.send_response(200)
+        self.send_header("content-type", "application/x-protobuf")
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, *_: Any) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def otlp_sink() -> Iterator[str]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+
+
+def start(which: str, workdir: Path, chunk: int, otlp: str) -> ServerProcess:
+    port = free_port()
+    mock = [sys.executable, "-m", "bench.mock_engine", "--chunk", str(chunk)]
+    where = ["--host", "127.0.0.1", "--port", str(port)]
+    log = workdir / f"{which}.log"
+    url = f"http://127.0.0.1:{port}"
+    if which == "bare":
+        argv = [*mock, "vllm", "--model", str(ensure_demo_model()), "--served-model-name", SERVED_NAME, *where]
+        return start_process(
+            "vLLM (mock engine)", [*argv, "--disable-uvicorn-access-log", *platform_engine_args()], url, log
+        )
+    if which == "default":
+        return start_process(
+            "kvscope serve (mock engine)", [*mock, "kvscope", *where, "--profile", "default"], url, log
+        )
+    config = workdir / "kvscope.yaml"
+    config.write_text(TUNED_CONFIG)
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp, "OTEL_METRIC_EXPORT_INTERVAL": "5000"}
+    argv = [*mock, "kvscope", *where, "--profile", "tuned", "--config", str(config)]
+    return start_process("kvscope serve --profile tuned (mock engine)", argv, url, log, env)
+
+
+async def _one(session: Any, url: str, body: dict[str, Any], stream: bool) -> float | None:
+    """One request; its end-to-end seconds, or None when it failed."""
+    began = time.perf_counter()
+    async with session.post(url, json=body) as response:
+        if response.status != 200:
+            await response.read()
+            return None
+        if stream:
+            done = False
+            async for line in response.content:
+                done = done or line.startswith(b"data: [DONE]")
+            if not done:
+                return None
+        else:
+            payload = await response.json()
+            if not payload.get("choices"):
+                return None
+    return time.perf_counter() - began
+
+
+def _prompts(count: int, seed: int) -> list[str]:
+    from serving.demo_model import synthetic_text
+
+    rng = random.Random(seed)
+    return [synthetic_text(rng, PROMPT_WORDS) for _ in range(count)]
+
+
+async def _closed(base: str, shape: Shape, prompts: list[str], concurrency: int, max_tokens: int) -> dict[str, Any]:
+    import aiohttp
+
+    latencies: list[float] = []
+    failed = 0
+    queue = list(reversed(prompts))
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    timeout = aiohttp.ClientTimeout(total=600)
+    async with aiohttp.ClientSession(connector=connector, headers=headers, timeout=timeout) as session:
+
+        async def worker() -> None:
+            nonlocal failed
+            while queue:
+                took = await _one(session, base + shape.path, shape.body(queue.pop(), max_tokens), shape.stream)
+                if took is None:
+                    failed += 1
+                else:
+                    latencies.append(took)
+
+        began = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - began
+    return {"wall": wall, "completed": len(latencies), "failed": failed, "latencies": latencies}
+
+
+async def _open(base: str, shape: Shape, prompts: list[str], rate: float, max_tokens: int, seed: int) -> dict[str, Any]:
+    import aiohttp
+
+    rng = random.Random(seed)
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    timeout = aiohttp.ClientTimeout(total=600)
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0), headers=headers, timeout=timeout
+    ) as session:
+        tasks = []
+        due = time.perf_counter()
+        for prompt in prompts:
+            due += rng.expovariate(rate)
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            tasks.append(
+                asyncio.create_task(_one(session, base + shape.path, shape.body(prompt, max_tokens), shape.stream))
+            )
+        results = await asyncio.gather(*tasks)
+    latencies = [r for r in results if r is not None]
+    return {"completed": len(latencies), "failed": len(results) - len(latencies), "latencies": latencies}
+
+
+def ceiling(
+    server: ServerProcess, shape: Shape, prompts: list[str], concurrency: int, max_tokens: int
+) -> dict[str, Any]:
+    before = cpu_seconds(server.pid)
+    run = asyncio.run(_closed(server.base_url, shape, prompts, concurrency, max_tokens))
+    cpu = cpu_seconds(server.pid) - before
+    return {
+        "req_per_s": run["completed"] / run["wall"],
+        "cpu_ms_per_request": 1000 * cpu / max(run["completed"], 1),
+        "failed": run["failed"],
+    }
+
+
+def latency(
+    server: ServerProcess, shape: Shape, prompts: list[str], rate: float, max_tokens: int, seed: int
+) -> dict[str, Any]:
+    run = asyncio.run(_open(server.base_url, shape, prompts, rate, max_tokens, seed))
+    values = run["latencies"]
+    return {
+        "p50_ms": 1000 * statistics.median(values) if values else float("nan"),
+        "p99_ms": 1000 * percentile(values, 99),
+        "failed": run["failed"],
+    }
+
+
+def paired(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def measure(servers: dict[str, ServerProcess], args: argparse.Namespace) -> dict[str, Any]:
+    rows: dict[str, list[dict[str, Any]]] = {shape.name: [] for shape in SHAPES}
+    shapes = SHAPES[:1] if args.smoke else SHAPES
+    for i in range(args.rounds):
+        for n, shape in enumerate(shapes):
+            prompts = _prompts(args.requests, seed=1000 * i + n)
+            warm = prompts[: max(4, args.concurrency)]
+            order = SERVERS[i % 3 :] + SERVERS[: i % 3]  # rotate who goes first
+            row: dict[str, Any] = {}
+            for which in order:
+                ceiling(servers[which], shape, warm, args.concurrency, args.max_tokens)  # warm-up
+                row[which] = {"ceiling": ceiling(servers[which], shape, prompts, args.concurrency, args.max_tokens)}
+            rate = row["bare"]["ceiling"]["req_per_s"] / 2
+            for which in order:
+                row[which]["half"] = latency(servers[which], shape, prompts, rate, args.max_tokens, seed=i)
+            row["rate_at_half"] = rate
+            rows[shape.name].append(row)
+    return {name: summarise(found) for name, found in rows.items() if found} | {"rounds": rows}
+
+
+def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"bare_req_per_s": statistics.median(r["bare"]["ceiling"]["req_per_s"] for r in rounds)}
+    out["bare_cpu_ms"] = statistics.median(r["bare"]["ceiling"]["cpu_ms_per_request"] for r in rounds)
+    for which in SERVERS[1:]:
+        out[which] = {
+            "req_per_s": statistics.median(r[which]["ceiling"]["req_per_s"] for r in rounds),
+            "ratio": paired([r[which]["ceiling"]["req_per_s"] / r["bare"]["ceiling"]["req_per_s"] for r in rounds]),
+            "cpu_ms": statistics.median(r[which]["ceiling"]["cpu_ms_per_request"] for r in rounds),
+            "cpu_ms_delta": paired(
+                [r[which]["ceiling"]["cpu_ms_per_request"] - r["bare"]["ceiling"]["cpu_ms_per_request"] for r in rounds]
+            ),
+            "p50_delta_ms": paired([r[which]["half"]["p50_ms"] - r["bare"]["half"]["p50_ms"] for r in rounds]),
+            "p99_delta_ms": paired([r[which]["half"]["p99_ms"] - r["bare"]["half"]["p99_ms"] for r in rounds]),
+        }
+    out["failed"] = sum(r[w][part]["failed"] for r in rounds for w in SERVERS for part in ("ceiling", "half"))
+    return out
+
+
+def table(result: dict[str, Any], rounds: int) -> str:
+    def cell(stats: dict[str, float], fmt: str) -> str:
+        return f"{stats['median']:{fmt}} ({stats['min']:{fmt}} to {stats['max']:{fmt}})"
+
+    lines = [
+        f"| shape | gateway | bare req/s | gateway req/s | ratio ({rounds} rounds: median, spread) | "
+        "API-server CPU/request bare, gateway | gateway's CPU/request | added p50 at half | added p99 at half |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for shape in SHAPES:
+        found = result.get(shape.name)
+        if not found:
+            continue
+        for which in SERVERS[1:]:
+            g = found[which]
+            lines.append(
+                f"| {shape.name} | {which} | {found['bare_req_per_s']:.0f} | {g['req_per_s']:.0f} | "
+                f"{cell(g['ratio'], '.3f')} | {found['bare_cpu_ms']:.2f} ms, {g['cpu_ms']:.2f} ms | "
+                f"{cell(g['cpu_ms_delta'], '+.2f')} ms | {cell(g['p50_delta_ms'], '+.2f')} ms | "
+                f"{cell(g['p99_delta_ms'], '+.2f')} ms |"
+            )
+    return "\n".join(lines)
+
+
+OURS = ("/serving/", "/kvscope/")
+
+
+def _frames(stack: str) -> list[tuple[str, str]]:
+    """py-spy's raw frames, root first, as (function, file) with the line dropped."""
+    found = []
+    for frame in stack.split(";"):
+        name, _, where = frame.partition(" (")
+        found.append((name, where.rsplit(":", 1)[0].rstrip(")")))
+    return found
+
+
+def hot_spots(collapsed: str, top: int = 20) -> tuple[int, list[tuple[str, int, int]]]:
+    """Total samples, and the functions of kvscope's own code by inclusive samples: (function
+    (file), inclusive, self), from py-spy's collapsed stacks."""
+    total, inclusive, own = 0, dict[str, int](), dict[str, int]()
+    for line in collapsed.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = _frames(stack)
+        seen = set()
+        for name, where in frames:
+            if any(part in where for part in OURS):
+                key = f"{name} ({where.split('/site-packages/')[-1]})"
+                if key not in seen:
+                    inclusive[key] = inclusive.get(key, 0) + n
+                    seen.add(key)
+        leaf = frames[-1]
+        key = f"{leaf[0]} ({leaf[1].split('/site-packages/')[-1]})"
+        own[key] = own.get(key, 0) + n
+    ranked = sorted(inclusive, key=lambda k: -inclusive[k])[:top]
+    return total, [(k, inclusive[k], own.get(k, 0)) for k in ranked]
+
+
+def leaves(collapsed: str, top: int = 20) -> list[tuple[str, int]]:
+    """Functions by self samples (where the CPU was), every package."""
+    own: dict[str, int] = {}
+    for line in collapsed.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack and count.isdigit():
+            name, where = _frames(stack)[-1]
+            key = f"{name} ({where.split('/site-packages/')[-1]})"
+            own[key] = own.get(key, 0) + int(count)
+    return sorted(own.items(), key=lambda kv: -kv[1])[:top]
+
+
+def profile(which: str, args: argparse.Namespace, workdir: Path) -> int:
+    """Saturate one server for --profile-seconds while py-spy samples it; print the tables."""
+    import shutil
+    import subprocess
+
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy).exists():
+        print("py-spy is not installed: pip install py-spy", file=sys.stderr)
+        return 2
+    shape = next(s for s in SHAPES if s.name == args.shape)
+    out = workdir / f"{which}.collapsed"
+    with contextlib.ExitStack() as stack:
+        otlp = stack.enter_context(otlp_sink())
+        server = start(which, workdir, args.chunk, otlp)
+        stack.callback(server.stop)
+        server.wait_ready("/health" if which == "bare" else "/ready", 300)
+        ceiling(server, shape, _prompts(args.concurrency * 2, 1), args.concurrency, args.max_tokens)  # warm
+        seconds = str(args.profile_seconds)
+        spy_argv = [spy, "record", "-p", str(server.pid), "-d", seconds, "-r", "200", "-f", "raw", "-o", str(out)]
+        sampler = subprocess.Popen([*spy_argv, "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + args.profile_seconds
+        batch = 0
+        while time.monotonic() < deadline:
+            batch += 1
+            ceiling(server, shape, _prompts(args.requests, batch), args.concurrency, args.max_tokens)
+        sampler.wait(timeout=args.profile_seconds + 120)
+    collapsed = out.read_text()
+    total, ours = hot_spots(collapsed)
+    print(f"py-spy, {which}, {shape.name}, {args.concurrency} concurrent, {total} samples; collapsed stacks: {out}")
+    print()
+    print("| kvscope function (file) | inclusive | self |")
+    print("| --- | --- | --- |")
+    for key, inc, own in ours:
+        print(f"| `{key}` | {100 * inc / total:.1f} % | {100 * own / total:.1f} % |")
+    print()
+    print("| where the CPU was (self, every package) | share |")
+    print("| --- | --- |")
+    for key, own in leaves(collapsed):
+        print(f"| `{key}` | {100 * own / total:.1f} % |")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    parser.add_argument("--requests", type=int, default=600, help="requests per run (default 600)")
+    parser.add_argument("--concurrency", type=int, default=32, help="closed-loop clients (default 32)")
+    parser.add_argument("--max-tokens", type=int, default=64, help="output tokens per request (default 64)")
+    parser.add_argument("--chunk", type=int, default=1, help="tokens per engine step (default 1, as #43469)")
+    parser.add_argument("--smoke", action="store_true", help="one round, one shape, a few requests (CI)")
+    parser.add_argument("--json", type=Path, help="also write the result here")
+    parser.add_argument("--profile", choices=SERVERS, help="instead: sample this server with py-spy at saturation")
+    parser.add_argument("--profile-seconds", type=int, default=30, help="how long to sample (default 30)")
+    parser.add_argument("--shape", default=SHAPES[0].name, choices=[s.name for s in SHAPES], help="profiled shape")
+    args = parser.parse_args(argv)
+    if args.profile:
+        return profile(args.profile, args, Path(tempfile.mkdtemp(prefix="kvscope-profile-")))
+    if args.smoke:
+        args.rounds, args.requests, args.concurrency, args.max_tokens = 1, 12, 4, 8
+    workdir = Path(tempfile.mkdtemp(prefix="kvscope-ceiling-"))
+    with contextlib.ExitStack() as stack:
+        otlp = stack.enter_context(otlp_sink())
+        servers = {which: start(which, workdir, args.chunk, otlp) for which in SERVERS}  # boot together
+        for proc in servers.values():
+            stack.callback(proc.stop)
+        for which, proc in servers.items():
+            proc.wait_ready("/health" if which == "bare" else "/ready", 300)
+        result = measure(servers, args)
+    result["settings"] = {k: v for k, v in vars(args).items() if k != "json"}
+    text = json.dumps(result, indent=2, default=str)
+    print(text)
+    if args.json:
+        args.json.write_text(text)
+    print()
+    print(table(result, args.rounds))
+    failed = sum(v.get("failed", 0) for k, v in result.items() if k in {s.name for s in SHAPES})
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""The frontend-ceiling benchmark's smoke mode: three servers on the mock engine answer every
+request, and the table and JSON say so (a benchmark: no figure is asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.no_engine]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_smoke_mode_serves_every_request_bare_and_behind_both_gateways(tmp_path):
+    out = tmp_path / "ceiling.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.frontend_ceiling", "--smoke", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    shape = result["completions, streaming"]
+    assert shape["failed"] == 0
+    assert shape["bare_req_per_s"] > 0
+    for gateway in ("default", "tuned"):
+        assert shape[gateway]["req_per_s"] > 0
+        assert shape[gateway]["cpu_ms"] > 0
+    assert "| completions, streaming | tuned |" in done.stdout
