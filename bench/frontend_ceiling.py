@@ -54,6 +54,7 @@ PROMPT_WORDS = 24  # about 32 tokens of the demo model, as vllm-project/vllm#434
 
 @dataclass(frozen=True)
 class Shape:
+    key: str  # what --shapes takes
     name: str
     path: str
     stream: bool
@@ -68,10 +69,10 @@ class Shape:
 
 
 SHAPES = (
-    Shape("completions, streaming", "/v1/completions", True),
-    Shape("completions", "/v1/completions", False),
-    Shape("chat, streaming", "/v1/chat/completions", True),
-    Shape("chat", "/v1/chat/completions", False),
+    Shape("completions-stream", "completions, streaming", "/v1/completions", True),
+    Shape("completions", "completions", "/v1/completions", False),
+    Shape("chat-stream", "chat, streaming", "/v1/chat/completions", True),
+    Shape("chat", "chat", "/v1/chat/completions", False),
 )
 
 TUNED_CONFIG = f"""\
@@ -241,7 +242,7 @@ def paired(values: list[float]) -> dict[str, float]:
 
 def measure(servers: dict[str, ServerProcess], args: argparse.Namespace) -> dict[str, Any]:
     rows: dict[str, list[dict[str, Any]]] = {shape.name: [] for shape in SHAPES}
-    shapes = SHAPES[:1] if args.smoke else SHAPES
+    shapes = SHAPES[:1] if args.smoke else [s for s in SHAPES if s.key in args.shapes]
     for i in range(args.rounds):
         for n, shape in enumerate(shapes):
             prompts = _prompts(args.requests, seed=1000 * i + n)
@@ -301,7 +302,7 @@ def table(result: dict[str, Any], rounds: int) -> str:
     return "\n".join(lines)
 
 
-OURS = ("/serving/", "/kvscope/")
+OURS = ("serving/", "kvscope/")  # py-spy names the project's files relative to the working directory
 
 
 def _frames(stack: str) -> list[tuple[str, str]]:
@@ -326,7 +327,7 @@ def hot_spots(collapsed: str, top: int = 20) -> tuple[int, list[tuple[str, int, 
         frames = _frames(stack)
         seen = set()
         for name, where in frames:
-            if any(part in where for part in OURS):
+            if where.startswith(OURS) or any(f"/{part}" in where for part in OURS):
                 key = f"{name} ({where.split('/site-packages/')[-1]})"
                 if key not in seen:
                     inclusive[key] = inclusive.get(key, 0) + n
@@ -359,7 +360,7 @@ def profile(which: str, args: argparse.Namespace, workdir: Path) -> int:
     if not Path(spy).exists():
         print("py-spy is not installed: pip install py-spy", file=sys.stderr)
         return 2
-    shape = next(s for s in SHAPES if s.name == args.shape)
+    shape = next(s for s in SHAPES if s.key == args.shape)
     out = workdir / f"{which}.collapsed"
     with contextlib.ExitStack() as stack:
         otlp = stack.enter_context(otlp_sink())
@@ -399,11 +400,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=32, help="closed-loop clients (default 32)")
     parser.add_argument("--max-tokens", type=int, default=64, help="output tokens per request (default 64)")
     parser.add_argument("--chunk", type=int, default=1, help="tokens per engine step (default 1, as #43469)")
+    parser.add_argument(
+        "--shapes",
+        type=lambda text: [part.strip() for part in text.split(",")],
+        default=[s.key for s in SHAPES],
+        help=f"request shapes to measure, comma-separated, of {', '.join(s.key for s in SHAPES)} (default all)",
+    )
     parser.add_argument("--smoke", action="store_true", help="one round, one shape, a few requests (CI)")
     parser.add_argument("--json", type=Path, help="also write the result here")
     parser.add_argument("--profile", choices=SERVERS, help="instead: sample this server with py-spy at saturation")
     parser.add_argument("--profile-seconds", type=int, default=30, help="how long to sample (default 30)")
-    parser.add_argument("--shape", default=SHAPES[0].name, choices=[s.name for s in SHAPES], help="profiled shape")
+    parser.add_argument("--shape", default=SHAPES[0].key, choices=[s.key for s in SHAPES], help="profiled shape")
     args = parser.parse_args(argv)
     if args.profile:
         return profile(args.profile, args, Path(tempfile.mkdtemp(prefix="kvscope-profile-")))

@@ -407,6 +407,9 @@ def test_a_body_that_is_not_declared_json_is_a_415():
         (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","delta":"ka"}\n\n', 1),
         (b'event: content_block_delta\ndata: {"type":"content_block_delta","delta":{"text":"ka"}}\n\n', 1),
         (b'data: {"choices":[],"usage":{"completion_tokens":5}}\n\ndata: [DONE]\n\n', 0),
+        (b'data: {"choices":[{"delta":{"content":"","tool_calls":[{"id":"c"}]}}]}\n\n', 1),  # a tool call
+        (b'data: {"choices":[{"delta":{"content":""}}]}\n\ndata: {"choices":[{"text":"\\"q"}]}\n\n', 1),
+        (b'data: {"choices":[{"delta":{"reasoning":"hm"}}]}', 1),  # an event split across chunks
     ],
 )
 def test_only_events_with_generated_output_are_charged(chunk, events):
