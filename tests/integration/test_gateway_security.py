@@ -472,3 +472,16 @@ def test_embeddings_are_guarded_counted_and_charged_as_vllm_runs_them(embedder):
 def test_a_generation_route_on_a_pooling_model_is_a_json_404(embedder):
     response = _post(embedder, "/v1/completions", {"model": SERVED_NAME, "prompt": "zaba"})
     assert response.status_code == 404 and _is_openai_error(response)
+
+
+def test_anthropic_messages_run_the_ids_the_gateway_counted(kvscope):
+    """The gateway forwards its rendering's ids (tokenised once); the engine ran exactly those."""
+    body = {
+        "model": SERVED_NAME,
+        "system": "kelo",
+        "messages": [{"role": "user", "content": "zaba kelo"}],
+        "max_tokens": 4,
+    }
+    response = _post(kvscope, "/v1/messages", body)
+    assert response.status_code == 200, response.text
+    assert response.json()["usage"]["input_tokens"] == int(response.headers["x-kvscope-prompt-tokens"])
