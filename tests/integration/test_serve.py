@@ -265,8 +265,10 @@ def test_kvscope_metrics_agree_with_vllms_own_counters(kvscope):
     assert completion == 12 * n == _delta(before, after, catalog.VLLM_GENERATION_TOKENS.name)
     assert _delta(before, after, catalog.GATEWAY_REQUESTS.name, tenant="acme", tier="gold") == n
     assert _delta(before, after, catalog.VLLM_PREFIX_CACHE_HITS.name) > 0
+    # The gauge is windowed over the session's whole traffic, and how many of the 16 share a
+    # first step (all missing) depends on the machine's speed: a bound above 0 would be timing.
     hit_ratio = promtext.total(after, catalog.CACHE_PREFIX_HIT_RATIO.name)
-    assert 0.3 < hit_ratio <= 1.0
+    assert 0.0 < hit_ratio <= 1.0
     assert promtext.total(after, catalog.CACHE_CAPACITY_TOKENS.name) == KV_BLOCKS * 32
     assert promtext.total(after, catalog.CACHE_BYTES_PER_TOKEN.name) == 1024  # 2x4 layers x2 heads x32 x2 B
 
