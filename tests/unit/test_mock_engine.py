@@ -52,12 +52,11 @@ def test_an_aborted_request_gets_nothing_more():
 def test_an_idle_engine_waits_for_work_instead_of_spinning():
     async def run() -> bool:
         engine = MockEngineCore(_config(), chunk=1)
-        pending = asyncio.ensure_future(engine.get_output_async())
-        for _ in range(20):  # loop turns, not time: with no request the step never returns
-            await asyncio.sleep(0)
-        idle = not pending.done()
+        step = engine.get_output_async()
+        waiting = step.send(None)  # one step of the coroutine: it suspends on the arrival event
+        step.close()
         await engine.add_request_async(_request("a", 1))
-        step = await asyncio.wait_for(pending, 30)
-        return idle and [o.request_id for o in step.outputs] == ["a"]
+        found = await engine.get_output_async()
+        return isinstance(waiting, asyncio.Future) and [o.request_id for o in found.outputs] == ["a"]
 
     assert asyncio.run(run())
