@@ -3,11 +3,12 @@ transform (tests/scenarios/transforms.py), backfilled into one real Prometheus; 
 transform with how many cases kept their verdict, and each case that did not; and the time to
 verdict (the in-process diagnosis: fetch, checks, onsets) on the largest fleets.
 
-    .venv/bin/python -m bench.metamorphic
+    .venv/bin/python -m bench.metamorphic [--transforms window-1h,step-60s]
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 import time
@@ -18,8 +19,12 @@ from tests.scenarios.transforms import fleets, variants
 from tests.scenarios.verdicts import store, verdict
 
 
-def main() -> int:
-    chosen = list(variants())
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.metamorphic", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--transforms", help="comma-separated transform names (default: all)")
+    args = parser.parse_args(argv)
+    wanted = set(args.transforms.split(",")) if args.transforms else None
+    chosen = [v for v in variants() if wanted is None or v[0] in wanted]
     originals = [f for f, _ in fleets()]
     kept: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     changed = []

@@ -6,8 +6,9 @@ first step of the last run in which it was past its line (in the direction the f
 an event's run may have ended),
 and the incident's onset the latest of them: since then, all held. The same series say whether
 it is still there: an incident none of whose signals was past its line in the last `present`
-seconds has recovered, and ended when the last of them came back (a hardware fault stays active:
-a GPU that threw a fatal XID is not fixed by going quiet). A trigger's time is when its
+seconds has recovered, and ended when the last of them came back (a hardware fault that needs a
+reset stays active: a GPU that threw a fatal XID is not fixed by going quiet; an XID the
+application can cause, once and long ago, with nothing left that it explains, has passed). A trigger's time is when its
 signal's trailing mean crossed the midpoint between the baseline and the window, less half the
 trailing window. Only the Prometheus source has the history; elsewhere all stay None (active).
 """
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from diagnosis.changes import LOAD, Change
-from diagnosis.findings import Evidence
+from diagnosis.findings import Evidence, Severity
 from diagnosis.incidents import Incident
 from diagnosis.measures import BY_NAME, ENTITY_LABELS
 from diagnosis.sources.prometheus import PrometheusSource, promql
@@ -35,7 +36,14 @@ STEPS = 120  # points in the range: a 30-minute span is read every 15 s
 
 
 # what going quiet does not fix: a GPU that threw a fatal XID or failed a row remap needs a reset
+# (the check rates those critical; an application-class XID, such as 13 once, is a warning)
 STICKY = frozenset({"gpu_hardware_fault"})
+
+
+def _sticky(incident: Incident) -> bool:
+    """A fault that stays active when its signals go quiet: one that needs a reset, or an
+    application-class XID whose symptoms (its engine's errors, its queue) are still in the window."""
+    return incident.id in STICKY and (incident.cause.severity is Severity.CRITICAL or bool(incident.symptoms))
 
 
 def find(source: PrometheusSource, incidents: list[Incident], at: float, span: float, present: float) -> None:
@@ -47,7 +55,7 @@ def find(source: PrometheusSource, incidents: list[Incident], at: float, span: f
         known = [r for r in runs if r is not None]
         if known and len(known) == len(runs) and all(r.onset is not None for r in known):
             incident.onset = max(r.onset for r in known if r.onset is not None)
-        if not known or len(known) < len(runs) or incident.id in STICKY:
+        if not known or len(known) < len(runs) or _sticky(incident):
             continue
         # a condition that held at every step (the pool not full, a long prompt tail) was there
         # before the incident: it says nothing about whether the incident still is

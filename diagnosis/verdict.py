@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from diagnosis.alerts import Firing, explain, matches, unexplained
 from diagnosis.changes import Change, changes, sentence
-from diagnosis.checks import Context, all_checks, labels_of, value
+from diagnosis.checks import SHAPES, Context, all_checks, engine_views, labels_of, value
 from diagnosis.findings import (
     HEALTHY,
     INSUFFICIENT_DATA,
@@ -87,7 +87,8 @@ def diagnose(
     one last fired; findings there that would explain one join the verdict (an alert over 5
     minutes can see what a 30-minute average hides). `present`: the GPUs' measurements over the end
     of the window alone; a hardware state found there and not over the whole window (which its
-    healthy minutes dilute) is a finding too."""
+    healthy minutes dilute) is a finding too, and the engines' latency shapes (a tail against its
+    median) are read there: a window holding two regimes has a tail neither of them has."""
     firing = firing or []
     config = config or Config()
     missing = missing_required(m)
@@ -106,6 +107,8 @@ def diagnose(
             notes=m.notes,
         )
     ctx = Context.of(m, config.thresholds, config.gpu_models)
+    if present is not None:
+        ctx.end = engine_views(present.values, SHAPES)
     findings = [f for check in all_checks() for f in check(ctx)]
     findings.sort(key=lambda f: (ROOT_CAUSE_ORDER.index(f.id), -f.severity.rank, -f.confidence))
     findings += _present_findings(m, present, findings, config)
@@ -200,7 +203,11 @@ def _where(incident: Incident) -> str:
 # states of the hardware judged where they hold: over the end of the window as well as all of it
 PRESENT_JUDGED = frozenset({"thermal_power_throttling", "pcie_bottleneck", "gpu_memory_pressure"})
 SEEN_NOW = "running_max"  # an engine with no sample of it at the end of the window is gone now
-PRESENT_MEASURES = (*(m for m in MEASURES if m.entity is Entity.GPU), BY_NAME[SEEN_NOW])
+PRESENT_MEASURES = (
+    *(m for m in MEASURES if m.entity is Entity.GPU),
+    BY_NAME[SEEN_NOW],
+    *(BY_NAME[n] for n in SHAPES),  # the latency distributions' shapes at the end (Context.shape)
+)
 
 
 def _present_findings(
@@ -211,7 +218,7 @@ def _present_findings(
     seen = {(f.id, f.scope) for f in findings}
     # the GPUs at the end of the window beside the engines of the whole of it (their budgets, joins)
     engines = {k: v for k, v in m.values.items() if k in BY_NAME and BY_NAME[k].entity is Entity.ENGINE}
-    gpus = {k: v for k, v in present.values.items() if k != SEEN_NOW}
+    gpus = {k: v for k, v in present.values.items() if BY_NAME[k].entity is Entity.GPU}
     merged = dataclasses.replace(present, values={**engines, **gpus}, baseline=m.baseline)
     ctx = Context.of(merged, config.thresholds, config.gpu_models)
     if present.values.get(SEEN_NOW):  # engines answered at the end: those that did not are gone now

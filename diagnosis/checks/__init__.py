@@ -37,6 +37,7 @@ class Context:
     baseline: dict[Key, View] = field(default_factory=dict)  # the same entities, the window before
     # labels of engines gone: seen only before the window, or (judged at its end) silent since
     gone: list[dict[str, str]] = field(default_factory=list)
+    end: dict[Key, View] = field(default_factory=dict)  # engines' SHAPES over the end of the window
 
     @classmethod
     def of(cls, m: Measurements, limits: Thresholds = DEFAULTS, models: GpuModels = DEFAULT_MODELS) -> Context:
@@ -78,6 +79,13 @@ class Context:
         ]
         scopes = Scopes.of([*(labels_of(v) for v in engines.values()), *gone], [labels_of(v) for v in gpus.values()])
         return cls(m, engines, gpus, limits, models, scopes, dict(baseline), gone)
+
+    def shape(self, view: View) -> View:
+        """Where to read an engine's latency distributions' shape (a tail against its median):
+        over the end of the window where the source has it there, else over the whole window. A
+        window holding two regimes, healthy minutes then a saturated queue, has a tail neither has."""
+        end = self.end.get(entity_key(labels_of(view), Entity.ENGINE))
+        return end if end and any(end.get(n) for n in SHAPES) else view
 
     def before(self, view: View, name: str) -> Value | None:
         """The measure for the same entity over the baseline window before this one."""
@@ -127,6 +135,19 @@ class Context:
         if not live and any(self.scopes.of_labels(labels) == scope for labels in gone):
             return 0.0  # its engine is gone: nothing of vLLM's should hold the GPU's memory
         return max(shares) if shares else None
+
+
+# the quantiles whose ratios are a distribution's shape (Context.shape)
+SHAPES = ("ttft_p50", "ttft_p99", "itl_p50", "itl_p99")
+
+
+def engine_views(values: dict[str, list[Value]], names: Iterable[str]) -> dict[Key, View]:
+    """The engine measures `names` of `values`, by engine."""
+    views: dict[Key, View] = defaultdict(lambda: defaultdict(list))
+    for name in names:
+        for v in values.get(name, []):
+            views[entity_key(v.labels, Entity.ENGINE)][name].append(v)
+    return dict(views)
 
 
 def _one_gpu_each(keys: Iterable[Key]) -> dict[Key, Key]:

@@ -23,7 +23,8 @@ def long_prompt_tail(ctx: Context, view: View) -> bool:
 
 def decode_stalls(ctx: Context, view: View) -> bool:
     """Inter-token latency's tail far above its median: decode steps wait behind prefill chunks."""
-    itl50, itl99 = value(view, "itl_p50"), value(view, "itl_p99")
+    shape = ctx.shape(view)
+    itl50, itl99 = value(shape, "itl_p50"), value(shape, "itl_p99")
     return bool(itl50 and itl99 and itl99 / itl50 >= ctx.limit(t.ITL_STALL_RATIO))
 
 
@@ -31,7 +32,8 @@ def check(ctx: Context) -> list[Finding]:
     tail_ratio, floor = ctx.limit(t.TTFT_TAIL_RATIO), ctx.limit(t.TTFT_TAIL_FLOOR)
 
     def judge(view: View) -> Hit | None:
-        p50, p99 = value(view, "ttft_p50"), value(view, "ttft_p99")
+        shape = ctx.shape(view)
+        p50, p99 = value(shape, "ttft_p50"), value(shape, "ttft_p99")
         if p50 is None or p99 is None or p99 < floor or not long_prompt_tail(ctx, view):
             return None
         kv_ok = (value(view, "kv_usage_max") or 0) < ctx.limit(t.KV_USAGE_CRITICAL)
@@ -47,13 +49,14 @@ def check(ctx: Context) -> list[Finding]:
 
     def describe(worst: Hit, hits: list[Hit]) -> Parts:
         view = worst.view
+        shape = ctx.shape(view)  # the latencies where their shape was judged
         ev = [
-            evidence(view, "ttft_p99", floor),
-            evidence(view, "ttft_p50"),
+            evidence(shape, "ttft_p99", floor),
+            evidence(shape, "ttft_p50"),
             evidence(view, "prompt_p99", ctx.limit(t.LONG_PROMPT_TOKENS)),
         ]
         if worst.facts["stalls"]:  # decode stalls while long prefills run
-            ev += [evidence(view, "itl_p99", ctx.limit(t.ITL_P99)), evidence(view, "itl_p50")]
+            ev += [evidence(shape, "itl_p99", ctx.limit(t.ITL_P99)), evidence(shape, "itl_p50")]
         queue_limit = ctx.limit(t.QUEUE_TIME_P99)
         if (value(view, "queue_p99") or 0) >= queue_limit / 4:
             ev.append(evidence(view, "queue_p99", queue_limit))
@@ -61,11 +64,11 @@ def check(ctx: Context) -> list[Finding]:
             ev.append(evidence(view, "kv_usage_max", ctx.limit(t.KV_USAGE_CRITICAL), above=False))
         return Parts(
             Severity.WARNING,
-            f"long prompts block short ones on {names(hits)}: p99 TTFT {value(view, 'ttft_p99'):.2f} s is "
+            f"long prompts block short ones on {names(hits)}: p99 TTFT {value(shape, 'ttft_p99'):.2f} s is "
             f"{worst.score:.0f}x the median, with a p99 prompt of {value(view, 'prompt_p99'):,.0f} tokens"
             + (
-                f" and decode stalling behind them (p99 inter-token latency {value(view, 'itl_p99') or 0:.2f} s, "
-                f"{(value(view, 'itl_p99') or 0) / (value(view, 'itl_p50') or 1):.0f}x the median)"
+                f" and decode stalling behind them (p99 inter-token latency {value(shape, 'itl_p99') or 0:.2f} s, "
+                f"{(value(shape, 'itl_p99') or 0) / (value(shape, 'itl_p50') or 1):.0f}x the median)"
                 if worst.facts["stalls"]
                 else ""
             )

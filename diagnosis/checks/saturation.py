@@ -17,7 +17,8 @@ def check(ctx: Context) -> list[Finding]:
         slow_queue = (value(view, "queue_p99") or 0) >= ctx.limit(t.QUEUE_TIME_P99)
         kv_ok = (value(view, "kv_usage_max") or 0) < ctx.limit(t.KV_USAGE_CRITICAL)
         few_preemptions = (value(view, "preemption_rate") or 0) <= ctx.limit(t.PREEMPTION_RATE)
-        p50, p99 = value(view, "ttft_p50"), value(view, "ttft_p99")
+        shape = ctx.shape(view)
+        p50, p99 = value(shape, "ttft_p50"), value(shape, "ttft_p99")
         even = p50 is None or p99 is None or p99 / max(p50, 1e-3) < ctx.limit(t.TTFT_TAIL_RATIO)
         # long prompts whose prefills stall decode explain the queue: head-of-line, not capacity
         even = even and not (long_prompt_tail(ctx, view) and decode_stalls(ctx, view))

@@ -232,6 +232,21 @@ def test_the_genai_metrics_reach_an_otlp_receiver_with_vllms_token_counts(kvscop
             for t in ("input", "output")
         }
 
+    # The server is shared: an earlier test's request may still be running, or finished but not
+    # yet exported. Wait for an idle engine, then for an export taken after it went idle.
+    def idle() -> bool:
+        page = _metrics(kvscope)
+        return all(
+            promtext.total(page, g.name) == 0 for g in (catalog.VLLM_REQUESTS_RUNNING, catalog.VLLM_REQUESTS_WAITING)
+        )
+
+    eventually(idle, timeout=120, what="an idle engine")
+    quiet_since = time.time_ns()
+    eventually(
+        lambda: any(p["at"] > quiet_since for p in otlp_receiver.histograms()),
+        timeout=60,
+        what="an OTLP export taken after the engine went idle",
+    )
     before = usage_sums()
     client = OpenAI(base_url=kvscope.base_url + "/v1", api_key=KEY, timeout=120)
     answer = client.completions.create(model=SERVED_NAME, prompt="zaba kelo mu", max_tokens=9)

@@ -231,17 +231,18 @@ class Simulation:
         extra_labels: dict[str, str] | None = None,
         kvscope_extras: bool = False,
         start: float = 0.0,
+        lead: float = 0.0,
     ) -> None:
         self.instances = instances
         self.extra = dict(extra_labels or {})
         self.kvscope_extras = kvscope_extras
         self.start = start  # unix time of minute 0 (process start times)
-        self.minute = 0.0
+        self.minute = -lead  # `lead` minutes recorded before minute 0, in each behaviour's state then
         self.behaviours: dict[Unit, Behaviour] = {(i.name, engine): b for i in instances for engine, b in i.units}
         self.counters = {u: _Counters() for u in self.behaviours}
         self.histograms = {u: _histograms() for u in self.behaviours}
-        self.states = {u: b(0.0) for u, b in self.behaviours.items()}
-        self.started = {u: 0.0 for u in self.behaviours}  # minute of the last (re)start
+        self.states = {u: b(self.minute) for u, b in self.behaviours.items()}
+        self.started = {u: self.minute for u in self.behaviours}  # minute of the last (re)start
 
     def step(self, seconds: float) -> None:
         self.minute += seconds / 60

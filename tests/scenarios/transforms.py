@@ -24,6 +24,10 @@ class Fleet:
     extras: bool = False  # kvscope serve's own series (library scenarios that need them)
     step: float = 30.0  # seconds between samples
     window: float = 900.0  # the diagnosis window
+    lead: float = 0.0  # minutes recorded before the case's minute 0 (a longer window's baseline)
+
+
+LEAD_FOR_AN_HOUR = 65.0  # the diagnosis at minute 57: the window from -3, its baseline from -63
 
 
 def _healthy(name: str, count: int, model: str | None = None) -> list[Instance]:
@@ -54,6 +58,8 @@ TRANSFORMS: dict[str, Callable[[Fleet], Fleet | None]] = {
     "step-15s": lambda f: replace(f, step=15.0),
     "step-60s": lambda f: replace(f, step=60.0),
     "window-30m": lambda f: replace(f, window=1800.0),
+    # an hour, with the hour before it as its baseline: the case's own states before its minute 0
+    "window-1h": lambda f: replace(f, window=3600.0, lead=LEAD_FOR_AN_HOUR),
 }
 
 

@@ -36,15 +36,15 @@ def verdict(url: str, start: float, fleet: Fleet) -> Verdict:
 @contextlib.contextmanager
 def store(work: Path, fleets: Sequence[Fleet]) -> Iterator[tuple[str, float]]:
     """(Prometheus URL, the recording's start) over every fleet, each labelled scenario=<name>."""
-    start = time.time() - (MINUTES + 2) * 60
-    by_step: dict[float, list[Fleet]] = defaultdict(list)
+    start = time.time() - (MINUTES + 2) * 60  # a fleet's `lead` minutes are recorded before it
+    by_shape: dict[tuple[float, float], list[Fleet]] = defaultdict(list)
     for fleet in fleets:
-        by_step[fleet.step].append(fleet)
+        by_shape[fleet.step, fleet.lead].append(fleet)
     data = work / "data"
-    for step, group in by_step.items():
-        sims = [Simulation(f.instances, {"scenario": f.name}, f.extras, start=start) for f in group]
-        path = work / f"series-{int(step)}s.om"
-        path.write_text(openmetrics(sims, start, MINUTES, step=step))
+    for (step, lead), group in by_shape.items():
+        sims = [Simulation(f.instances, {"scenario": f.name}, f.extras, start=start, lead=lead) for f in group]
+        path = work / f"series-{int(step)}s-{int(lead)}m.om"
+        path.write_text(openmetrics(sims, start - lead * 60, MINUTES + lead, step=step))
         prometheus.backfill(path, data)
         path.unlink()
     server = prometheus.start(work / "prometheus", {}, storage=data, retention="30d")

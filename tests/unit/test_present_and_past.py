@@ -1,7 +1,8 @@
 """Present versus past: an incident whose signals all came back before the end of the window is
 recovered (listed with its end, severity info, no effect on the verdict or the exit code); one
 whose signals still hold, or that only a background condition keeps, stays active; a hardware
-fault stays active when it goes quiet."""
+fault that needs a reset stays active when it goes quiet, an application-class XID long ago does
+not; a latency tail is judged at the end of the window, not across two regimes."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from typing import Any
 from diagnosis import onset
 from diagnosis.findings import Evidence, Finding, Severity
 from diagnosis.incidents import Incident
-from diagnosis.measures import BY_NAME
+from diagnosis.measures import BY_NAME, Measurements, Value
 from diagnosis.sources.prometheus import PrometheusSource
-from diagnosis.verdict import Diagnosis, conclude
+from diagnosis.verdict import Diagnosis, conclude, diagnose
 from kvscope import exitcodes
+from tests.unit.test_diagnosis_checks import ENGINE, measurements
 
 AT, SPAN, PRESENT = 3600.0, 1800.0, 300.0
 
@@ -34,13 +36,15 @@ class History:
         return []
 
 
-def _incident(kind: str, evidence: list[Evidence]) -> Incident:
-    cause = Finding(kind, Severity.CRITICAL, 0.9, f"{kind} on vllm-0.", [{"pod": "vllm-0"}], evidence, [])
-    return Incident(kind, Severity.CRITICAL, 0.9, cause.summary, ["vllm-0"], cause)
+def _incident(kind: str, evidence: list[Evidence], severity: Severity = Severity.CRITICAL) -> Incident:
+    cause = Finding(kind, severity, 0.9, f"{kind} on vllm-0.", [{"pod": "vllm-0"}], evidence, [])
+    return Incident(kind, severity, 0.9, cause.summary, ["vllm-0"], cause)
 
 
-def _found(kind: str, series: dict[str, list[float]], evidence: list[Evidence]) -> Incident:
-    incident = _incident(kind, evidence)
+def _found(
+    kind: str, series: dict[str, list[float]], evidence: list[Evidence], severity: Severity = Severity.CRITICAL
+) -> Incident:
+    incident = _incident(kind, evidence, severity)
     source = PrometheusSource(History(series))  # type: ignore[arg-type]
     onset.find(source, [incident], AT, SPAN, PRESENT)
     return incident
@@ -74,6 +78,37 @@ def test_a_signal_without_history_claims_nothing():
 
 def test_a_hardware_fault_that_went_quiet_stays_active():
     assert _found("gpu_hardware_fault", {"xid_changed": [0] * 5 + [1] * 3 + [0] * 23}, [XID]).status == "active"
+
+
+def test_an_application_xid_long_ago_has_passed():
+    # XID 13 once (the check rates it a warning: the application's own bug can cause it), 50
+    # minutes before the end of an hour's window: nothing to reset, the GPU has served since
+    quiet = {"xid_changed": [0] * 5 + [1] * 3 + [0] * 23}
+    assert _found("gpu_hardware_fault", quiet, [XID], Severity.WARNING).status == "recovered"
+    # the same XID with its engine still failing requests behind it (XID 94, contained ECC): active
+    incident = _incident("gpu_hardware_fault", [XID], Severity.WARNING)
+    incident.symptoms.append(_incident("capacity_saturation", [QUEUE]).cause)
+    onset.find(PrometheusSource(History(quiet)), [incident], AT, SPAN, PRESENT)  # type: ignore[arg-type]
+    assert incident.status == "active"
+
+
+def _saturated_after_healthy_minutes() -> tuple[Measurements, Measurements]:
+    """An hour's window whose last 20 minutes are a capped, refusing queue: over the whole window
+    its TTFT p99 is 30x a median the healthy minutes set; over the last 5 minutes, 2.5x."""
+    queue = {"waiting_max": 128, "queue_p99": 9.7, "rejection_rate": 1.1, "prompt_p99": 4468}
+    window = measurements(engine={**queue, "ttft_p50": 0.32, "ttft_p99": 9.6})
+    present = Measurements()
+    for name, v in {"ttft_p50": 4.2, "ttft_p99": 10.5, "itl_p50": 0.02, "itl_p99": 0.05}.items():
+        present.values[name] = [Value(v, dict(ENGINE), f"end:{name}")]
+    return window, present
+
+
+def test_a_tail_is_judged_where_it_holds_not_across_two_regimes():
+    window, present = _saturated_after_healthy_minutes()
+    assert diagnose(window, AT, 3600, "t").bottleneck == "prefill_head_of_line"  # the mixed window alone
+    result = diagnose(window, AT, 3600, "t", present=present)
+    assert result.bottleneck == "capacity_saturation", result.summary
+    assert "prefill_head_of_line" not in {f.id for f in result.findings}
 
 
 def test_only_active_incidents_set_the_verdict_and_the_exit_code():
