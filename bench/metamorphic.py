@@ -1,7 +1,9 @@
 """The metamorphic suite in full: every case of the library and both reality splits under every
 transform (tests/scenarios/transforms.py), backfilled into one real Prometheus; a row per
 transform with how many cases kept their verdict, and each case that did not; and the time to
-verdict (the in-process diagnosis: fetch, checks, onsets) on the largest fleets.
+verdict on the largest fleets: the in-process diagnosis (fetch, checks, onsets) of each, and the
+whole `kvscope diagnose` command (Python's start-up included, median of 3) on the largest case
+as written and the largest transformed one.
 
     .venv/bin/python -m bench.metamorphic [--transforms window-1h,step-60s]
 """
@@ -9,14 +11,16 @@ verdict (the in-process diagnosis: fetch, checks, onsets) on the largest fleets.
 from __future__ import annotations
 
 import argparse
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
 
-from tests.scenarios.transforms import fleets, variants
-from tests.scenarios.verdicts import store, verdict
+from tests.scenarios.transforms import Fleet, fleets, variants
+from tests.scenarios.verdicts import AT_MINUTE, store, verdict
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
                 kept[transform][0] += 1
             else:
                 changed.append(f"| {transform} | {original.name} | {base[original.name]} | {now} |")
+        largest = [
+            max(group, key=lambda f: len(f.instances)) for group in (originals, [v for _, _, v in chosen]) if group
+        ]
+        commands = [(f, _command(url, start, f)) for f in largest]
     print("| transform | cases whose verdict held |\n| --- | --- |")
     for transform, (same, total) in kept.items():
         print(f"| {transform} | {same}/{total} |")
@@ -58,7 +66,25 @@ def main(argv: list[str] | None = None) -> int:
     for seconds, size, name in sorted(timed, key=lambda x: (-x[1], -x[0]))[:5]:
         print(f"| {name} | {size} | {seconds:.2f} s |")
     print(f"slowest of {len(timed)}: {max(timed)[0]:.2f} s")
+    print("\n| fleet | instances | `kvscope diagnose` (median of 3) |\n| --- | --- | --- |")
+    for fleet, seconds in commands:
+        print(f"| {fleet.name} | {len(fleet.instances)} | {seconds:.2f} s |")
     return 0 if not changed else 1
+
+
+def _command(url: str, start: float, fleet: Fleet) -> float:
+    """The median wall time of three `kvscope diagnose` runs on one fleet, as an on-call types it."""
+    argv = [
+        *(sys.executable, "-m", "kvscope.cli", "diagnose", "--prometheus", url),
+        *("--at", str(start + AT_MINUTE * 60), "--window", f"{fleet.window:.0f}s"),
+        *("--selector", f'scenario="{fleet.name}"', "--format", "json"),
+    ]
+    times = []
+    for _ in range(3):
+        began = time.perf_counter()
+        subprocess.run(argv, capture_output=True, check=False)
+        times.append(time.perf_counter() - began)
+    return statistics.median(times)
 
 
 if __name__ == "__main__":

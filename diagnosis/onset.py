@@ -8,7 +8,7 @@ and the incident's onset the latest of them: since then, all held. The same seri
 it is still there: an incident none of whose signals was past its line in the last `present`
 seconds has recovered, and ended when the last of them came back (a hardware fault that needs a
 reset stays active: a GPU that threw a fatal XID is not fixed by going quiet; an XID the
-application can cause, once and long ago, with nothing left that it explains, has passed). A trigger's time is when its
+application can cause has passed once it is older than the default window, APP_XID_MEMORY). A trigger's time is when its
 signal's trailing mean crossed the midpoint between the baseline and the window, less half the
 trailing window. Only the Prometheus source has the history; elsewhere all stay None (active).
 """
@@ -38,12 +38,14 @@ STEPS = 120  # points in the range: a 30-minute span is read every 15 s
 # what going quiet does not fix: a GPU that threw a fatal XID or failed a row remap needs a reset
 # (the check rates those critical; an application-class XID, such as 13 once, is a warning)
 STICKY = frozenset({"gpu_hardware_fault"})
+# an application-class XID is the present for as long as the default 30-minute window (diagnosis
+# run's Request.window) would see it, whatever --window says: an hour's window over an XID 13 from
+# 50 minutes ago is as healthy as the default, and an XID 94 from 12 minutes ago as active
+APP_XID_MEMORY = 1800.0
 
 
-def _sticky(incident: Incident) -> bool:
-    """A fault that stays active when its signals go quiet: one that needs a reset, or an
-    application-class XID whose symptoms (its engine's errors, its queue) are still in the window."""
-    return incident.id in STICKY and (incident.cause.severity is Severity.CRITICAL or bool(incident.symptoms))
+def _reset_needed(incident: Incident) -> bool:
+    return incident.id in STICKY and incident.cause.severity is Severity.CRITICAL
 
 
 def find(source: PrometheusSource, incidents: list[Incident], at: float, span: float, present: float) -> None:
@@ -55,13 +57,16 @@ def find(source: PrometheusSource, incidents: list[Incident], at: float, span: f
         known = [r for r in runs if r is not None]
         if known and len(known) == len(runs) and all(r.onset is not None for r in known):
             incident.onset = max(r.onset for r in known if r.onset is not None)
-        if not known or len(known) < len(runs) or _sticky(incident):
+        if not known or len(known) < len(runs) or _reset_needed(incident):
             continue
         # a condition that held at every step (the pool not full, a long prompt tail) was there
         # before the incident: it says nothing about whether the incident still is
         telling = [r for r in known if not r.always]
         if telling and all(r.ended is not None and r.ended <= at - present for r in telling):
-            incident.ended = max(r.ended for r in telling if r.ended is not None)
+            ended = max(r.ended for r in telling if r.ended is not None)
+            if incident.id in STICKY and ended > at - APP_XID_MEMORY:
+                continue
+            incident.ended = ended
 
 
 def _signals(incident: Incident) -> list[Evidence]:
@@ -97,7 +102,11 @@ def _run(source: PrometheusSource, evidence: Evidence, at: float, span: float) -
         return None
     limit = evidence.threshold
     onset, ended, held, always = None, None, False, True  # the last run in which it held (an event's may end)
-    for t, v in series[0][1]:
+    points = series[0][1]
+    # the first SHORT seconds of a series' data read a window still filling (a rate from a few
+    # samples): a throughput that held from there on held since the data began
+    begun = points[0][0] + SHORT if points else 0.0
+    for t, v in (p for p in points if p[0] >= begun):
         holds = (v > limit if limit == 0 else v >= limit) if evidence.above else v <= limit  # 0: an event
         if holds and not held:
             onset, ended = t, None

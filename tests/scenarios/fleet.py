@@ -11,10 +11,13 @@ moment for the scrape path.
 
 from __future__ import annotations
 
+import io
 import math
 import zlib
+from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from typing import TextIO
 
 from vllm.v1.metrics.buckets import (
     INTER_TOKEN_LATENCY_BUCKETS,
@@ -105,18 +108,22 @@ class Instance:
     # pod's name; "bare": bare metal, the engine at <node>:8000 beside dcgm-exporter at <node>:9400
     instance_style: str = "host"
     mig_zero_util: bool = False  # dcgm-exporter 3.x writes DCGM_FI_DEV_GPU_UTIL 0 on MIG instances
+    host: str = ""  # the node's name (default: the instance's, vllm- read as node-)
+    first_gpu: int = 0  # the index of its first GPU on the node (two engines of 4 GPUs on one node)
+    node_label: bool = False  # Kubernetes service discovery relabelled the engine's node into `node`
 
     @property
     def engine_labels(self) -> dict[str, str]:
         if self.instance_style == "bare":
             return {"instance": f"{self.node}:8000", "job": "vllm", "model_name": self.model}
-        return {
+        labels = {
             "instance": self.name if self.instance_style == "pod" else f"{self.name}:8000",
             "job": "vllm",
             "model_name": self.model,
             "namespace": "prod",
             "pod": self.name,
         }
+        return labels | {"node": self.node} if self.node_label else labels
 
     @property
     def gpu_labels(self) -> dict[str, str]:
@@ -124,7 +131,7 @@ class Instance:
 
     @property
     def node(self) -> str:
-        return self.name.replace("vllm", "node")
+        return self.host or self.name.replace("vllm", "node")
 
     @property
     def units(self) -> list[tuple[str | None, Behaviour]]:
@@ -134,6 +141,7 @@ class Instance:
         return [(None, self.behaviour)]
 
     def gpu(self, index: int) -> dict[str, str]:
+        index += self.first_gpu
         labels = {
             "instance": f"dcgm-exporter-{self.node}" if self.instance_style == "pod" else f"{self.node}:9400",
             "job": "dcgm-exporter",
@@ -457,39 +465,66 @@ class Simulation:
                 yield "gauge", signal.name, labels_i, value
 
 
-def openmetrics(simulations: list[Simulation], start: float, minutes: float, step: float = 30.0) -> str:
-    """Every series of every simulation at every step, grouped by family, as OpenMetrics."""
-    families: dict[str, tuple[str, dict[tuple, list[str]]]] = {}
-    # a series' labels come in the same order at every step: its samples list is found by that
-    # order, and its sorted label text is written once (the same series in another order joins it)
-    known: dict[tuple, list[str]] = {}
-    t = start
-    for _ in range(int(minutes * 60 / step) + 1):
-        stamp = f"{t:.3f}"
+@dataclass
+class _Series:
+    """One series' samples: its text before the value, the steps it was sampled at and the values
+    (arrays, 12 bytes a sample: a fleet of thousands of GPUs fits in memory)."""
+
+    head: str
+    steps: array = field(default_factory=lambda: array("i"))
+    values: array = field(default_factory=lambda: array("d"))
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value.is_integer() and abs(value) < 1e15 else str(value)
+
+
+def write_openmetrics(
+    out: TextIO, simulations: list[Simulation], start: float, minutes: float, step: float = 30.0
+) -> tuple[int, int]:
+    """Every series of every simulation at every step, grouped by family, as OpenMetrics written
+    to `out`; (series, samples) written."""
+    families: dict[str, tuple[str, dict[tuple, _Series]]] = {}
+    # a series' labels come in the same order at every step: its samples are found by that
+    # order, and its sorted label text is made once (the same series in another order joins it)
+    known: dict[tuple, _Series] = {}
+    stamps = []
+    for index in range(int(minutes * 60 / step) + 1):
+        stamps.append(f"{start + index * step:.3f}")
         for sim in simulations:
             for kind, name, labels, value in sim.series():
                 seen = (name, *labels.items())
-                samples = known.get(seen)
-                if samples is None:
-                    samples = known[seen] = _series_samples(families, kind, name, labels)
-                samples.append(f"{samples[0]} {value} {stamp}")
+                series = known.get(seen)
+                if series is None:
+                    series = known[seen] = _series_of(families, kind, name, labels)
+                series.steps.append(index)
+                series.values.append(value)
         for sim in simulations:
             sim.step(step)
-        t += step
-    lines = []
-    for family, (omtype, series) in families.items():
-        lines.append(f"# TYPE {family} {omtype}")
-        for samples in series.values():
-            lines.extend(samples[1:])
-    lines.append("# EOF")
-    return "\n".join(lines) + "\n"
+    count = 0
+    for family, (omtype, members) in families.items():
+        out.write(f"# TYPE {family} {omtype}\n")
+        for series in members.values():
+            head = series.head
+            out.writelines(
+                f"{head} {_number(v)} {stamps[i]}\n" for i, v in zip(series.steps, series.values, strict=True)
+            )
+            count += len(series.steps)
+    out.write("# EOF\n")
+    return sum(len(members) for _, members in families.values()), count
 
 
-def _series_samples(
-    families: dict[str, tuple[str, dict[tuple, list[str]]]], kind: str, name: str, labels: dict[str, str]
-) -> list[str]:
-    """The samples list of one series in its family (created on first sight); its first item is
-    the series' name and label text."""
+def openmetrics(simulations: list[Simulation], start: float, minutes: float, step: float = 30.0) -> str:
+    """Every series of every simulation at every step, grouped by family, as OpenMetrics."""
+    text = io.StringIO()
+    write_openmetrics(text, simulations, start, minutes, step)
+    return text.getvalue()
+
+
+def _series_of(
+    families: dict[str, tuple[str, dict[tuple, _Series]]], kind: str, name: str, labels: dict[str, str]
+) -> _Series:
+    """The series in its family (created on first sight)."""
     family_type, _, family = kind.partition(":")
     family = family or name
     omtype = "histogram" if family_type == "histogram" else "counter" if kind == "counter" else "gauge"
@@ -497,8 +532,11 @@ def _series_samples(
         family = name.removesuffix("_total")
     entry = families.setdefault(family, (omtype, {}))[1]
     ordered = sorted(labels.items())
-    text = ",".join(f'{lk}="{lv}"' for lk, lv in ordered)
-    return entry.setdefault((name, tuple(ordered)), [f"{name}{{{text}}}"])
+    key = (name, tuple(ordered))
+    if key not in entry:
+        text = ",".join(f'{lk}="{lv}"' for lk, lv in ordered)
+        entry[key] = _Series(f"{name}{{{text}}}")
+    return entry[key]
 
 
 def page(sim: Simulation) -> str:

@@ -30,14 +30,19 @@ class Fleet:
 LEAD_FOR_AN_HOUR = 65.0  # the diagnosis at minute 57: the window from -3, its baseline from -63
 
 
+def seeded(key: str) -> State:
+    """A healthy state that differs by `key` (load, KV, latency, heat): siblings, not exact copies."""
+    k = zlib.crc32(key.encode()) % 1000 / 1000  # 0..1, fixed per key
+    return replace(
+        State(), rate=4.0 + 2.0 * k, kv=0.35 + 0.2 * k, running=15 + 10 * k, util=55 + 20 * k, temp=58 + 8 * k
+    )
+
+
 def _healthy(name: str, count: int, model: str | None = None) -> list[Instance]:
     """`count` healthy instances that differ by seed (load, KV, latency), not exact copies."""
     out = []
     for i in range(count):
-        k = zlib.crc32(f"{name}-{i}".encode()) % 1000 / 1000  # 0..1, fixed per name
-        state = replace(
-            State(), rate=4.0 + 2.0 * k, kv=0.35 + 0.2 * k, running=15 + 10 * k, util=55 + 20 * k, temp=58 + 8 * k
-        )
+        state = seeded(f"{name}-{i}")
         inst = Instance(f"vllm-{name}-{i}", lambda m, s=state: s)
         out.append(replace(inst, model=model) if model else inst)
     return out
@@ -52,7 +57,10 @@ TRANSFORMS: dict[str, Callable[[Fleet], Fleet | None]] = {
     "instance-is-the-pod": lambda f: (
         None if any(i.instance_style != "host" for i in f.instances) else _restyled(f, instance_style="pod")
     ),
-    "other-healthy-model": lambda f: replace(f, instances=[*f.instances, *_healthy("om", 3, "qwen-2.5-7b")]),
+    # beside the fleet: a case with no series at all has nothing to stand beside
+    "other-healthy-model": lambda f: (
+        replace(f, instances=[*f.instances, *_healthy("om", 3, "qwen-2.5-7b")]) if f.instances else None
+    ),
     "8x-healthy-nodes": lambda f: replace(f, instances=[*f.instances, *_healthy("hx", 8 * len(f.instances))]),
     "64x-healthy-nodes": lambda f: replace(f, instances=[*f.instances, *_healthy("hy", 64 * len(f.instances))]),
     "step-15s": lambda f: replace(f, step=15.0),

@@ -13,7 +13,7 @@ from diagnosis.run import Request, run
 from drill import prometheus_server as prometheus
 from drill.launcher import running
 from kvscope.promql import Selector
-from tests.scenarios.fleet import Simulation, openmetrics
+from tests.scenarios.fleet import Simulation, write_openmetrics
 from tests.scenarios.reality import names_of
 from tests.scenarios.transforms import Fleet
 
@@ -44,7 +44,8 @@ def store(work: Path, fleets: Sequence[Fleet]) -> Iterator[tuple[str, float]]:
     for (step, lead), group in by_shape.items():
         sims = [Simulation(f.instances, {"scenario": f.name}, f.extras, start=start, lead=lead) for f in group]
         path = work / f"series-{int(step)}s-{int(lead)}m.om"
-        path.write_text(openmetrics(sims, start - lead * 60, MINUTES + lead, step=step))
+        with path.open("w") as out:
+            write_openmetrics(out, sims, start - lead * 60, MINUTES + lead, step=step)
         prometheus.backfill(path, data)
         path.unlink()
     server = prometheus.start(work / "prometheus", {}, storage=data, retention="30d")

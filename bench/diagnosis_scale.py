@@ -1,0 +1,189 @@
+"""Benchmark: the diagnosis as the fleet grows (issue 23).
+
+    .venv/bin/python -m bench.diagnosis_scale --nodes 2,16,64,128,512 [--runs 3] [--json]
+
+For each size, a fleet of that many nodes, each with 8 GPUs and two vLLM engines of 4 GPUs (their
+pods carry the node as Kubernetes service discovery relabels it), healthy siblings that differ
+by seed (load, KV, latency, heat) and one engine whose KV cache is exhausted for the last 20
+minutes; recorded for 65 minutes at a 30 s step (a 30-minute window and its 30-minute baseline)
+and backfilled into a Prometheus of its own. Then `kvscope diagnose --window 30m` as an on-call
+runs it (`--runs` times, after one run that warms Prometheus' caches), reporting its median wall
+time, its peak RSS, Prometheus' own evaluation time of those queries (the sum of
+`prometheus_engine_query_duration_seconds` over its slices, from its `/metrics`), the verdict,
+and whether the faulty engine is the only scope named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import httpx
+
+from drill import prometheus_server as prometheus
+from drill.launcher import running
+from kvscope import promtext
+from tests.scenarios.fleet import Instance, Simulation, write_openmetrics
+from tests.scenarios.library import AVALANCHE
+from tests.scenarios.transforms import seeded
+
+GPUS_PER_NODE, ENGINES_PER_NODE = 8, 2
+MINUTES, STEP = 65.0, 30.0
+FAULT_MINUTES = 20.0  # the fault holds for the window's last 20 minutes
+WINDOW = "30m"
+QUERY_TIME = "prometheus_engine_query_duration_seconds_sum"
+
+
+def fleet(nodes: int) -> tuple[list[Instance], str]:
+    """The fleet's engines (two a node) and the faulty one's pod."""
+    per_engine = GPUS_PER_NODE // ENGINES_PER_NODE
+    fault_from = MINUTES - FAULT_MINUTES
+    faulty = f"vllm-{nodes // 2:04d}-1"
+    instances = []
+    for n in range(nodes):
+        for e in range(ENGINES_PER_NODE):
+            name = f"vllm-{n:04d}-{e}"
+            state = seeded(name)
+            behaviour = (
+                (lambda m, s=state: replace(AVALANCHE, temp=s.temp) if m >= fault_from else s)
+                if name == faulty
+                else (lambda m, s=state: s)
+            )
+            instances.append(
+                Instance(
+                    name,
+                    behaviour,
+                    gpus=per_engine,
+                    host=f"node-{n:04d}",
+                    first_gpu=e * per_engine,
+                    node_label=True,
+                )
+            )
+    return instances, faulty
+
+
+@dataclass
+class Row:
+    nodes: int
+    gpus: int
+    engines: int
+    series: int
+    samples: int
+    backfill_s: float
+    wall_s: float  # `kvscope diagnose`, median
+    rss_mb: float  # its peak resident memory, the largest of the runs
+    prometheus_s: float  # Prometheus' evaluation of one diagnosis's queries, median
+    bottleneck: str
+    only_the_fault: bool
+
+
+def _query_seconds(url: str) -> float:
+    page = promtext.parse(httpx.get(url + "/metrics", timeout=30).text)
+    return sum(s.value for s in page if s.name == QUERY_TIME)
+
+
+def _diagnose(url: str, at: float) -> tuple[float, float, dict]:
+    """(wall seconds, peak RSS in MB, the JSON report) of one `kvscope diagnose` command."""
+    argv = [sys.executable, "-m", "kvscope.cli", "diagnose", "--prometheus", url, "--at", f"{at:.3f}"]
+    argv += ["--window", WINDOW, "--format", "json"]
+    began = time.perf_counter()
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)  # its own resource use, not all children's
+        wall = time.perf_counter() - began
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        report = json.loads(out.read() or b"{}")
+    return wall, usage.ru_maxrss / 1024, report
+
+
+def measure(nodes: int, runs: int, work: Path) -> Row:
+    instances, faulty = fleet(nodes)
+    end = time.time() - 120
+    start = end - MINUTES * 60
+    began = time.perf_counter()
+    path = work / "fleet.om"
+    sim = Simulation(instances, {"scenario": f"scale-{nodes}"}, start=start)
+    with path.open("w") as out:
+        series, samples = write_openmetrics(out, [sim], start, MINUTES, STEP)
+    prometheus.backfill(path, work / "data")
+    path.unlink()
+    backfill = time.perf_counter() - began
+    server = prometheus.start(work / "prometheus", {}, storage=work / "data", retention="30d")
+    with running(server, ready_path="/-/ready", timeout=300) as ready:
+        url = ready.base_url
+        _diagnose(url, end)  # Prometheus' caches warm, as on a server that has been up
+        walls, rss, evaluation, reports = [], [], [], []
+        for _ in range(runs):
+            before = _query_seconds(url)
+            wall, peak, report = _diagnose(url, end)
+            evaluation.append(_query_seconds(url) - before)
+            walls.append(wall)
+            rss.append(peak)
+            reports.append(report)
+    last = reports[-1]
+    named = {
+        scope
+        for incident in last.get("incidents", [])
+        if incident.get("status", "active") == "active"
+        for scope in incident.get("scopes", [])
+    }
+    return Row(
+        nodes,
+        nodes * GPUS_PER_NODE,
+        nodes * ENGINES_PER_NODE,
+        series,
+        samples,
+        backfill,
+        statistics.median(walls),
+        max(rss),
+        statistics.median(evaluation),
+        str(last.get("bottleneck", "?")),
+        bool(named) and all(faulty in scope or scope == f"node-{nodes // 2:04d}" for scope in named),
+    )
+
+
+def table(rows: list[Row]) -> str:
+    out = [
+        "| nodes | GPUs | vLLM engines | series | `kvscope diagnose` (median) | its RSS | Prometheus evaluation | verdict | only the fault |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        out.append(
+            f"| {r.nodes:,} | {r.gpus:,} | {r.engines:,} | {r.series / 1000:.1f} k | {r.wall_s:.2f} s | "
+            f"{r.rss_mb:.0f} MB | {r.prometheus_s:.2f} s | {r.bottleneck} | {'yes' if r.only_the_fault else 'no'} |"
+        )
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.diagnosis_scale", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", default="2,16,64,128,512", help="comma-separated fleet sizes, in nodes")
+    parser.add_argument("--runs", type=int, default=3, help="timed runs per size (default 3)")
+    parser.add_argument("--json", action="store_true", help="the rows as JSON instead of a table")
+    args = parser.parse_args(argv)
+    try:
+        sizes = [int(n) for n in args.nodes.split(",")]
+    except ValueError:
+        parser.error(f"--nodes: comma-separated whole numbers, not {args.nodes!r}")
+    if not sizes or min(sizes) < 1 or args.runs < 1:
+        parser.error("--nodes and --runs must be at least 1")
+    rows = []
+    for nodes in sizes:
+        with tempfile.TemporaryDirectory(prefix=f"kvscope-scale-{nodes}-") as work:
+            rows.append(measure(nodes, args.runs, Path(work)))
+        print(f"  {nodes} nodes done", file=sys.stderr, flush=True)
+    print(json.dumps([r.__dict__ for r in rows], indent=2) if args.json else table(rows))
+    return 0 if all(r.only_the_fault and r.bottleneck == "kv_cache_exhaustion" for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+"""The fleet-scale benchmark at its smallest size (issue 23): two nodes of 8 GPUs and two
+engines each, one engine's KV cache exhausted, backfilled into a real Prometheus; the command's
+verdict names that engine alone. `python -m bench.diagnosis_scale` runs the larger sizes."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.diagnosis_scale import fleet, measure, table
+
+pytestmark = [pytest.mark.integration, pytest.mark.no_engine]
+
+
+def test_the_fleet_has_two_engines_a_node_on_their_own_gpus():
+    instances, faulty = fleet(3)
+    assert len(instances) == 6 and faulty in {i.name for i in instances}
+    gpus = {(i.node, i.gpu(g)["gpu"]) for i in instances for g in range(i.gpus)}
+    assert len(gpus) == 24  # 8 on each node, none twice
+    assert all(i.engine_labels["node"] == i.node for i in instances)
+
+
+def test_the_smallest_size_names_the_faulty_engine_alone(tmp_path):
+    row = measure(2, 1, tmp_path)
+    assert (row.bottleneck, row.only_the_fault) == ("kv_cache_exhaustion", True), row
+    assert row.gpus == 16 and row.engines == 4 and row.series > 0 and row.prometheus_s > 0
+    assert "| 2 | 16 | 4 |" in table([row])
