@@ -8,7 +8,7 @@ by seed (load, KV, latency, heat) and one engine whose KV cache is exhausted for
 minutes; recorded for 65 minutes at a 30 s step (a 30-minute window and its 30-minute baseline)
 and backfilled into a Prometheus of its own. Then `kvscope diagnose --window 30m` as an on-call
 runs it (`--runs` times, after one run that warms Prometheus' caches), reporting its median wall
-time, its peak RSS, Prometheus' own evaluation time of those queries (the sum of
+time, its peak resident memory, Prometheus' own evaluation time of those queries (the sum of
 `prometheus_engine_query_duration_seconds` over its slices, from its `/metrics`), the verdict,
 and whether the faulty engine is the only scope named.
 """
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -90,19 +89,32 @@ def _query_seconds(url: str) -> float:
     return sum(s.value for s in page if s.name == QUERY_TIME)
 
 
+# The command runs under this prologue, which prints its peak resident memory (VmHWM, that of
+# its own address space) as it exits: wait4's ru_maxrss would count the benchmark's own memory,
+# which a forked child carries until it execs.
+_PEAK = (
+    "import atexit, runpy, sys\n"
+    "def peak():\n"
+    "    for line in open('/proc/self/status'):\n"
+    "        if line.startswith('VmHWM:'):\n"
+    "            print('peak-kb', line.split()[1], file=sys.stderr)\n"
+    "atexit.register(peak)\n"
+    "sys.argv = ['kvscope', *sys.argv[1:]]\n"
+    "runpy.run_module('kvscope.cli', run_name='__main__')\n"
+)
+
+
 def _diagnose(url: str, at: float) -> tuple[float, float, dict]:
-    """(wall seconds, peak RSS in MB, the JSON report) of one `kvscope diagnose` command."""
-    argv = [sys.executable, "-m", "kvscope.cli", "diagnose", "--prometheus", url, "--at", f"{at:.3f}"]
+    """(wall seconds, peak resident memory in MB, the JSON report) of one `kvscope diagnose` command."""
+    argv = [sys.executable, "-c", _PEAK, "diagnose", "--prometheus", url, "--at", f"{at:.3f}"]
     argv += ["--window", WINDOW, "--format", "json"]
     began = time.perf_counter()
-    with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL)
-        _, status, usage = os.wait4(proc.pid, 0)  # its own resource use, not all children's
-        wall = time.perf_counter() - began
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        report = json.loads(out.read() or b"{}")
-    return wall, usage.ru_maxrss / 1024, report
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    wall = time.perf_counter() - began
+    peaks = [line.split()[1] for line in done.stderr.splitlines() if line.startswith("peak-kb ")]
+    if not peaks:
+        raise RuntimeError(f"kvscope diagnose exited {done.returncode}: {done.stderr[-500:]}")
+    return wall, int(peaks[-1]) / 1024, json.loads(done.stdout or "{}")
 
 
 def measure(nodes: int, runs: int, work: Path) -> Row:
@@ -134,7 +146,7 @@ def measure(nodes: int, runs: int, work: Path) -> Row:
         scope
         for incident in last.get("incidents", [])
         if incident.get("status", "active") == "active"
-        for scope in incident.get("scopes", [])
+        for scope in incident.get("scope", [])
     }
     return Row(
         nodes,
@@ -147,7 +159,7 @@ def measure(nodes: int, runs: int, work: Path) -> Row:
         max(rss),
         statistics.median(evaluation),
         str(last.get("bottleneck", "?")),
-        bool(named) and all(faulty in scope or scope == f"node-{nodes // 2:04d}" for scope in named),
+        named == {faulty},
     )
 
 

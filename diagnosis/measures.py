@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Protocol, TypeVar
 
 from kvscope import catalog
 from kvscope.catalog import Signal
@@ -580,9 +581,33 @@ def usable(measure: Measure, value: float) -> bool:
     return unusable(measure, value) is None
 
 
+class _Reading(Protocol):
+    @property
+    def value(self) -> float: ...
+
+
+V = TypeVar("V", bound=_Reading)
+
+
+def readable(measure: Measure, values: Sequence[V]) -> tuple[list[V], str | None]:
+    """The values (anything with a float `.value`) the checks may read, and the note for those
+    dropped (`dropped_note`), each judged once."""
+    kept, reasons = [], []
+    for v in values:
+        why = unusable(measure, v.value)
+        if why is None:
+            kept.append(v)
+        else:
+            reasons.append(why)
+    return kept, _note(measure, reasons)
+
+
 def dropped_note(measure: Measure, values: Sequence[float]) -> str | None:
     """One note for the values of a measure that cannot be read, with why (None: all can)."""
-    reasons = [why for v in values if (why := unusable(measure, v)) is not None]
+    return _note(measure, [why for v in values if (why := unusable(measure, v)) is not None])
+
+
+def _note(measure: Measure, reasons: list[str]) -> str | None:
     if not reasons:
         return None
     said = "; ".join(dict.fromkeys(reasons))
@@ -591,7 +616,7 @@ def dropped_note(measure: Measure, values: Sequence[float]) -> str | None:
 
 def entity_key(labels: dict[str, str], entity: Entity) -> tuple[tuple[str, str], ...]:
     """The identifying labels of an entity, in a stable order (missing ones left out)."""
-    return tuple((k, labels[k]) for k in ENTITY_LABELS[entity] if labels.get(k))
+    return tuple([(k, v) for k in ENTITY_LABELS[entity] if (v := labels.get(k))])
 
 
 Fetch = Callable[[Sequence[Measure]], Measurements]

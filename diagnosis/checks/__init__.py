@@ -38,6 +38,9 @@ class Context:
     # labels of engines gone: seen only before the window, or (judged at its end) silent since
     gone: list[dict[str, str]] = field(default_factory=list)
     end: dict[Key, View] = field(default_factory=dict)  # engines' SHAPES over the end of the window
+    _scope_index: dict[int, tuple[dict[Key, View], dict[str, list[View]]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def of(cls, m: Measurements, limits: Thresholds = DEFAULTS, models: GpuModels = DEFAULT_MODELS) -> Context:
@@ -98,13 +101,23 @@ class Context:
 
     def gpus_with(self, view: View) -> list[View]:
         """The GPU views in the same scope as `view`."""
-        scope = self.scope(view)
-        return [g for g in self.gpus.values() if self.scope(g) == scope]
+        return self._by_scope(self.gpus).get(self.scope(view), [])
 
     def engines_with(self, view: View) -> list[View]:
         """The engine views in the same scope as `view`."""
-        scope = self.scope(view)
-        return [e for e in self.engines.values() if self.scope(e) == scope]
+        return self._by_scope(self.engines).get(self.scope(view), [])
+
+    def _by_scope(self, views: dict[Key, View]) -> dict[str, list[View]]:
+        """`views` (the engines or the GPUs) by scope, built once: a check asks it of every
+        entity, which a scan of the fleet each time would make quadratic in the fleet's size."""
+        index = self._scope_index.get(id(views))
+        if index is None or index[0] is not views:
+            grouped: dict[str, list[View]] = defaultdict(list)
+            for v in views.values():
+                grouped[self.scope(v)].append(v)
+            index = (views, dict(grouped))
+            self._scope_index[id(views)] = index
+        return index[1]
 
     def util(self, view: View) -> float | None:
         """A GPU's mean utilisation in percent: the utilisation gauge, else the graphics engine's
@@ -125,7 +138,7 @@ class Context:
         shares = []
         scope = self.scopes.of_labels(gpu_labels)
         gone = [labels for labels in self.gone]
-        live = [view for view in self.engines.values() if self.scope(view) == scope and labels_of(view) not in gone]
+        live = [view for view in self._by_scope(self.engines).get(scope, []) if labels_of(view) not in gone]
         for view in live:
             for v in view.get("cache_config", []):
                 try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from diagnosis.measures import BASELINE, ENTITY_LABELS, Entity, Kind, Measure, Measurements, Value, dropped_note, usable
+from diagnosis.measures import BASELINE, ENTITY_LABELS, Entity, Kind, Measure, Measurements, Value, readable
 from diagnosis.sources import SourceError
 from kvscope.durations import format_duration, parse_duration
 from kvscope.prometheus import PrometheusClient, PrometheusError, QueryFailed, Vector
@@ -152,8 +152,8 @@ class PrometheusSource:
                 if isinstance(result, str):
                     out.errors[measure.name] = result
                     continue
-                values = [Value(v, labels, expr) for labels, v in result if usable(measure, v)]
-                if note := dropped_note(measure, [v for _, v in result]):
+                values, note = readable(measure, [Value(v, labels, expr) for labels, v in result])
+                if note:
                     out.notes.append(note)
                 if values:
                     out.values[measure.name] = values

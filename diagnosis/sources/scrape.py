@@ -28,9 +28,8 @@ from diagnosis.measures import (
     Measure,
     Measurements,
     Value,
-    dropped_note,
     entity_key,
-    usable,
+    readable,
 )
 from diagnosis.sources import SourceError
 from kvscope import catalog, promtext
@@ -142,8 +141,8 @@ def compute(
     out = Measurements()
     for measure in measures:
         found = _measure(measure, snapshots, how, (selectors or {}).get(measure.entity, ANY))
-        values = [v for v in found if usable(measure, v.value)]
-        if note := dropped_note(measure, [v.value for v in found]):
+        values, note = readable(measure, found)
+        if note:
             out.notes.append(note)
         if values:
             out.values[measure.name] = values
