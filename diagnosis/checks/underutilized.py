@@ -10,6 +10,7 @@ from kvscope import thresholds as t
 
 def check(ctx: Context) -> list[Finding]:
     floor = ctx.limit(t.GPU_UTIL_FLOOR)
+    unjoined = [e for e in ctx.engines.values() if not ctx.gpus_with(e)]
 
     def judge(view: View) -> Hit | None:
         util = ctx.util(view)
@@ -18,7 +19,6 @@ def check(ctx: Context) -> list[Finding]:
         # idle GPUs with a queue are not a cost problem: the engines on the same machine, or,
         # where the data joins no engine to this GPU, any engine not joined to a GPU either
         joined = ctx.engines_with(view)
-        unjoined = [e for e in ctx.engines.values() if not ctx.gpus_with(e)]
         if any((value(e, "waiting_max") or 0) > 0 for e in joined or unjoined):
             return None
         return Hit(view, floor - util, {"util": util})
