@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from alerts import definitions as d
-from alerts import deploy, engine_faults
+from alerts import deploy, engine_faults, rollups
 from alerts.definitions import Case
 from alerts.templates import render
 from kvscope import catalog
@@ -175,7 +175,7 @@ def build_rules(
 ) -> tuple[dict[str, Any], list[d.Alert]]:
     config = config or Config()
     recording, slo_alerts = slo_rules(config)
-    groups = [recording]
+    groups = [recording, rollups.group(config)]
     everything = []
     for group, alerts in (
         ("kvscope-engine", [*d.engine_alerts(config), *engine_faults.engine_alerts(config)]),
@@ -220,9 +220,12 @@ def _test(alert: d.Alert, case: d.Case, runbook_base: str, title: str) -> dict[s
     }
 
 
-def build_tests(alerts: list[d.Alert], runbook_base: str = d.RUNBOOK_BASE) -> dict[str, dict[str, Any]]:
-    """Test file name -> promtool test document (the slow-burn cases apart, SLOW_TESTS_FILE)."""
-    tests: dict[str, list[dict[str, Any]]] = {TESTS_FILE: [], SLOW_TESTS_FILE: []}
+def build_tests(
+    alerts: list[d.Alert], runbook_base: str = d.RUNBOOK_BASE, records: list[dict[str, Any]] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Test file name -> promtool test document (the slow-burn cases apart, SLOW_TESTS_FILE);
+    `records`: cases of recording rules (promql_expr_test), beside the alerts' own."""
+    tests: dict[str, list[dict[str, Any]]] = {TESTS_FILE: list(records or []), SLOW_TESTS_FILE: []}
     for alert in alerts:
         cases = [(alert.fires, "fires")]
         cases += [
@@ -255,7 +258,7 @@ def render_all(config: Config | None = None, runbook_base: str | None = None) ->
     rules, alerts = build_rules(config, base)
     return {
         RULES_FILE: HEADER + _dump(rules),
-        **{name: HEADER + _dump(doc) for name, doc in build_tests(alerts, base).items()},
+        **{name: HEADER + _dump(doc) for name, doc in build_tests(alerts, base, rollups.tests(config)).items()},
         OPERATOR_FILE: HEADER + _dump(deploy.prometheus_rule(config, rules)),
     }
 

@@ -10,7 +10,9 @@ and backfilled into a Prometheus of its own. Then `kvscope diagnose --window 30m
 runs it (`--runs` times, after one run that warms Prometheus' caches), reporting its median wall
 time, its peak resident memory, Prometheus' own evaluation time of those queries (the sum of
 `prometheus_engine_query_duration_seconds` over its slices, from its `/metrics`), the verdict,
-and whether the faulty engine is the only scope named.
+and whether the faulty engine is the only scope named. Then the cost of kvscope's generated
+rules (`kvscope alerts build`: the rollups, the alerts, the SLO records) on the same fleet: the
+group that takes the largest share of its interval, and the series the rollups record.
 """
 
 from __future__ import annotations
@@ -27,9 +29,12 @@ from pathlib import Path
 
 import httpx
 
+from alerts import build, rollups
 from drill import prometheus_server as prometheus
 from drill.launcher import running
 from kvscope import promtext
+from kvscope.config import Config
+from kvscope.durations import parse_duration
 from tests.scenarios.fleet import Instance, Simulation, write_openmetrics
 from tests.scenarios.library import AVALANCHE
 from tests.scenarios.transforms import seeded
@@ -39,6 +44,8 @@ MINUTES, STEP = 65.0, 30.0
 FAULT_MINUTES = 20.0  # the fault holds for the window's last 20 minutes
 WINDOW = "30m"
 QUERY_TIME = "prometheus_engine_query_duration_seconds_sum"
+# the groups without an interval of their own run at the global one: kube-prometheus-stack's 30 s
+GLOBAL_EVALUATION_INTERVAL = "30s"
 
 
 def fleet(nodes: int) -> tuple[list[Instance], str]:
@@ -82,6 +89,10 @@ class Row:
     prometheus_s: float  # Prometheus' evaluation of one diagnosis's queries, median
     bottleneck: str
     only_the_fault: bool
+    rule_group: str = ""  # the generated rule group that costs the largest share of its interval
+    rule_s: float = 0.0  # its evaluation: the sum of its rules' queries at the window's end
+    rule_share: float = 0.0  # that over its interval
+    rollup_series: int = 0  # series the rollups record at each evaluation
 
 
 def _query_seconds(url: str) -> float:
@@ -141,6 +152,7 @@ def measure(nodes: int, runs: int, work: Path) -> Row:
             walls.append(wall)
             rss.append(peak)
             reports.append(report)
+        costs = rule_costs(url, end)
     last = reports[-1]
     named = {
         scope
@@ -160,18 +172,43 @@ def measure(nodes: int, runs: int, work: Path) -> Row:
         statistics.median(evaluation),
         str(last.get("bottleneck", "?")),
         named == {faulty},
+        *costs,
     )
+
+
+def rule_costs(url: str, at: float, groups: list[dict] | None = None) -> tuple[str, float, float, int]:
+    """(the costliest group, its evaluation seconds, its share of its interval, the rollups'
+    series) for kvscope's generated rules over this fleet. A group's evaluation is its rules'
+    queries at `at` (what Prometheus runs each interval), timed by Prometheus' own query metric:
+    the backfilled data ends before Prometheus starts, so a live evaluation would read nothing."""
+    groups = groups or build.build_rules(Config())[0]["groups"]
+    worst, series = ("", 0.0, 0.0), 0
+    with httpx.Client(base_url=url, timeout=600) as client:
+        for group in groups:
+            interval = parse_duration(group.get("interval", GLOBAL_EVALUATION_INTERVAL))
+            before = _query_seconds(url)
+            for rule in group["rules"]:
+                answer = client.get("/api/v1/query", params={"query": rule["expr"], "time": f"{at:.3f}"})
+                answer.raise_for_status()
+                if group["name"] == rollups.GROUP:
+                    series += len(answer.json()["data"]["result"])
+            seconds = _query_seconds(url) - before
+            if seconds / interval > worst[2]:
+                worst = (group["name"], seconds, seconds / interval)
+    return (*worst, series)
 
 
 def table(rows: list[Row]) -> str:
     out = [
-        "| nodes | GPUs | vLLM engines | series | `kvscope diagnose` (median) | its RSS | Prometheus evaluation | verdict | only the fault |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| nodes | GPUs | vLLM engines | series | `kvscope diagnose` (median) | its RSS | Prometheus evaluation "
+        "| verdict | only the fault | costliest rule group (share of its interval) | rollup series |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         out.append(
             f"| {r.nodes:,} | {r.gpus:,} | {r.engines:,} | {r.series / 1000:.1f} k | {r.wall_s:.2f} s | "
-            f"{r.rss_mb:.0f} MB | {r.prometheus_s:.2f} s | {r.bottleneck} | {'yes' if r.only_the_fault else 'no'} |"
+            f"{r.rss_mb:.0f} MB | {r.prometheus_s:.2f} s | {r.bottleneck} | {'yes' if r.only_the_fault else 'no'} | "
+            f"{r.rule_group} {r.rule_s:.2f} s ({r.rule_share:.1%}) | {r.rollup_series:,} |"
         )
     return "\n".join(out)
 

@@ -24,24 +24,11 @@ class Entity(StrEnum):
     GPU = "gpu"
 
 
-# Labels that identify an engine instance or a GPU, whichever of them the data carries.
+# Labels that identify an engine instance or a GPU, whichever of them the data carries (the
+# catalog's: the recording rules group by the same)
 ENTITY_LABELS: dict[Entity, tuple[str, ...]] = {
-    Entity.ENGINE: ("namespace", "pod", "instance", "target", "model_name", "engine"),
-    # MIG instances are their own devices (GPU_I_ID), never added into their parent; dcgm-exporter's
-    # Kubernetes mapping puts the pod using a GPU on its series (`pod`, `namespace`)
-    Entity.GPU: (
-        "Hostname",
-        "hostname",
-        "instance",
-        "gpu",
-        "UUID",
-        "GPU_I_ID",
-        "GPU_I_PROFILE",
-        "modelName",
-        "pod",
-        "namespace",
-        "emulated",  # kvscope export --gpu emulated: no claim on HBM or kernels is made for these
-    ),
+    Entity.ENGINE: catalog.ENGINE_IDENTITY,
+    Entity.GPU: catalog.GPU_IDENTITY,
 }
 
 

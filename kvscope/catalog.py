@@ -1461,6 +1461,54 @@ SLO_BUDGET_REMAINING = Signal(
     ("slo", "namespace", "model_name"),
 )
 
+# --- recording rules (alerts/rollups.py): per-engine and per-GPU rollups, mixin style ---------
+# `level:metric:operations` (the metric's colons become underscores), grouped by the labels that
+# identify an engine or a GPU, whichever of them the data carries (the diagnosis keys on the same)
+
+ENGINE_IDENTITY = ("namespace", "pod", "instance", "target", "model_name", "engine")
+# MIG instances are their own devices (GPU_I_ID); dcgm-exporter's Kubernetes mapping puts the pod
+# using a GPU on its series; kvscope export --gpu emulated marks GPUs that make no claim on HBM
+GPU_IDENTITY = (
+    "Hostname",
+    "hostname",
+    "instance",
+    "gpu",
+    "UUID",
+    "GPU_I_ID",
+    "GPU_I_PROFILE",
+    "modelName",
+    "pod",
+    "namespace",
+    "emulated",
+)
+ROLLUP_INTERVAL = "1m"  # the rollups' group interval; the gauge rollups span it, so no peak falls between
+ROLLUP_RATE_WINDOW = "5m"  # rates and quantiles: 4 scrapes at 15 s at least, as rate() wants
+
+
+def _rollup(of: Signal, operation: str, help_: str, level: str = "instance", unit: str = "") -> Signal:
+    """A rollup of `of` (its unit unless another is given)."""
+    labels = ENGINE_IDENTITY if level == "instance" else GPU_IDENTITY
+    name = f"{level}:{of.name.replace(':', '_').removesuffix('_total')}:{operation}"
+    return Signal(name, Kind.GAUGE, unit or of.unit, help_, Source.RULE, labels)
+
+
+_R, _W = ROLLUP_INTERVAL, ROLLUP_RATE_WINDOW
+ROLLUP_KV_USAGE_MAX = _rollup(VLLM_KV_CACHE_USAGE, f"max{_R}", f"Peak KV-cache usage over {_R}, per engine.")
+ROLLUP_WAITING_MAX = _rollup(VLLM_REQUESTS_WAITING, f"max{_R}", f"Peak waiting requests over {_R}.")
+ROLLUP_PREEMPTION_RATE = _rollup(VLLM_NUM_PREEMPTIONS, f"rate{_W}", f"Preemptions per second over {_W}.", unit="1/s")
+ROLLUP_QUEUE_P50 = _rollup(VLLM_QUEUE_TIME, f"p50_{_W}", f"Median time in queue over {_W}, per engine.")
+ROLLUP_QUEUE_P99 = _rollup(VLLM_QUEUE_TIME, f"p99_{_W}", f"p99 time in queue over {_W}, per engine.")
+ROLLUP_TTFT_P50 = _rollup(VLLM_TTFT, f"p50_{_W}", f"Median time to first token over {_W}, per engine.")
+ROLLUP_TTFT_P99 = _rollup(VLLM_TTFT, f"p99_{_W}", f"p99 time to first token over {_W}, per engine.")
+ROLLUP_ITL_P50 = _rollup(VLLM_ITL, f"p50_{_W}", f"Median inter-token latency over {_W}, per engine.")
+ROLLUP_ITL_P99 = _rollup(VLLM_ITL, f"p99_{_W}", f"p99 inter-token latency over {_W}, per engine.")
+ROLLUP_GPU_UTIL_AVG = _rollup(DCGM_GPU_UTIL, f"avg{_R}", f"Mean GPU utilisation over {_R}.", "gpu")
+ROLLUP_SM_CLOCK_AVG = _rollup(DCGM_SM_CLOCK, f"avg{_R}", f"Mean SM clock over {_R}.", "gpu")
+ROLLUP_GPU_TEMP_MAX = _rollup(DCGM_GPU_TEMP, f"max{_R}", f"Peak GPU temperature over {_R}.", "gpu")
+ROLLUP_POWER_AVG = _rollup(DCGM_POWER_USAGE, f"avg{_R}", f"Mean power draw over {_R}.", "gpu")
+ROLLUP_FB_USED_MAX = _rollup(DCGM_FB_USED, f"max{_R}", f"Peak framebuffer used over {_R}.", "gpu")
+del _R, _W
+
 del G, C, H, I
 
 

@@ -23,4 +23,7 @@ def test_the_smallest_size_names_the_faulty_engine_alone(tmp_path):
     row = measure(2, 1, tmp_path)
     assert (row.bottleneck, row.only_the_fault) == ("kv_cache_exhaustion", True), row
     assert row.gpus == 16 and row.engines == 4 and row.series > 0 and row.prometheus_s > 0
+    assert row.rule_group and 0 < row.rule_share < 1, row
+    # every rollup records a series per engine and per GPU: 9 engine rollups, 5 GPU ones
+    assert row.rollup_series == 4 * 9 + 16 * 5, row
     assert "| 2 | 16 | 4 |" in table([row])
