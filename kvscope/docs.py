@@ -48,7 +48,10 @@ _SECTIONS = (
         catalog.Source.RULE,
         "Recording rules (computed by Prometheus)",
         "Written by the generated rule file (`alerts/kvscope-rules.yaml`): SLO error ratios over the "
-        "multi-window burn-rate windows, the objectives and the error budget left.",
+        "multi-window burn-rate windows, the objectives and the error budget left; and the rollups "
+        "(`level:metric:operations`, group `kvscope-rollups`, every minute): per engine and per GPU, "
+        "the KV-cache and queue peaks, preemption rate, queue, TTFT and inter-token quantiles, "
+        "utilisation, clocks, heat, power and memory, for dashboards and alerts on big fleets.",
     ),
 )
 
