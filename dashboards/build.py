@@ -40,6 +40,12 @@ from kvscope import thresholds as t
 from kvscope.config import Config
 from kvscope.promql import Expr, Matcher, Selector, either, label_values, le, metric, quantile, vector
 
+# the description of a panel that reads the rollups rather than the histograms' buckets
+ROLLUPS = (
+    "From the kvscope-rollups recording rules (kvscope alerts build), per engine over 5 minutes, the worst "
+    "engine of each instance: blank where those rules are not loaded."
+)
+
 
 def overview(sc: Scope) -> Board:
     b = _engine_variables(
@@ -146,8 +152,9 @@ def overview(sc: Scope) -> Board:
         ts(
             "Time to first token",
             "s",
-            [(sc.quantile(0.5, c.VLLM_TTFT), "p50 {{instance}}"), (sc.quantile(0.99, c.VLLM_TTFT), "p99 {{instance}}")],
+            [(sc.rollup(c.ROLLUP_TTFT_P50), "p50 {{instance}}"), (sc.rollup(c.ROLLUP_TTFT_P99), "p99 {{instance}}")],
             lines=[(sc.line(t.TTFT_P99), "red")],
+            description=ROLLUPS,
         ),
         span=8,
     )
@@ -155,8 +162,9 @@ def overview(sc: Scope) -> Board:
         ts(
             "Inter-token latency",
             "s",
-            [(sc.quantile(0.5, c.VLLM_ITL), "p50 {{instance}}"), (sc.quantile(0.99, c.VLLM_ITL), "p99 {{instance}}")],
+            [(sc.rollup(c.ROLLUP_ITL_P50), "p50 {{instance}}"), (sc.rollup(c.ROLLUP_ITL_P99), "p99 {{instance}}")],
             lines=[(sc.line(t.ITL_P99), "red")],
+            description=ROLLUPS,
         ),
         span=8,
     )
@@ -518,8 +526,9 @@ def triage(sc: Scope) -> Board:
         ts(
             "Queue time p99",
             "s",
-            [(sc.quantile(0.99, c.VLLM_QUEUE_TIME), "{{instance}}")],
+            [(sc.rollup(c.ROLLUP_QUEUE_P99), "{{instance}}")],
             lines=[(sc.line(t.QUEUE_TIME_P99), "red")],
+            description=ROLLUPS,
         )
     )
     b.row("3. GPU memory and utilisation")

@@ -85,6 +85,12 @@ class Scope:
     def engine_rate(self, signal: c.Signal, extra: Selector | None = None, by: tuple[str, ...] = E_BY) -> Expr:
         return self.e(signal, extra).rate(RATE).sum(by)
 
+    def rollup(self, record: c.Signal) -> Expr:
+        """A per-engine rollup (alerts/rollups.py), the worst engine of each instance: one series
+        per engine to read instead of every bucket of a histogram, which a big fleet's dashboard
+        cannot afford at each refresh. Blank where the rules are not loaded."""
+        return metric(record, self.engine).max(E_BY)
+
     def quantile(
         self, q: float, signal: c.Signal, by: tuple[str, ...] = E_BY, selector: Selector | None = None
     ) -> Expr:

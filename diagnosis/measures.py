@@ -503,7 +503,7 @@ BASELINE: tuple[str, ...] = (
 )
 
 
-@dataclass
+@dataclass(slots=True)
 class Value:
     """One measure for one entity: the value, the labels that identify the entity, how it was got."""
 

@@ -53,6 +53,12 @@ class PrometheusClient:
     timeout: float = 30.0
     max_bytes: int = MAX_BYTES
 
+    # one dict per label set across this client's instant queries: a fleet's GPUs answer every
+    # measure with the same labels, and a diagnosis keeps all of them (treat them as read-only)
+    _label_sets: dict[tuple[tuple[str, str], ...], dict[str, str]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
     def __post_init__(self) -> None:
         headers = dict(self.headers)
         if self.bearer_token:
@@ -111,9 +117,14 @@ class PrometheusClient:
                 return [({}, float(data["result"][1]))]
             if data["resultType"] != "vector":
                 return []
-            return [(dict(r["metric"]), float(r["value"][1])) for r in data["result"]]
+            return [(self._shared(r["metric"]), float(r["value"][1])) for r in data["result"]]
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise NotPrometheus(f"{self.name}: malformed query answer ({exc})") from exc
+
+    def _shared(self, labels: dict[str, str]) -> dict[str, str]:
+        if not isinstance(labels, dict):
+            raise TypeError("labels are not an object")
+        return self._label_sets.setdefault(tuple(sorted(labels.items())), labels)
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> Matrix:
         """Every `step` seconds from `start` to `end`; times go in milliseconds, as every store
