@@ -571,7 +571,11 @@ def _gpu_alerts(config: Config) -> list[Alert]:
     memory = share.gt(budget + over.value, on=("instance",), group_left=()).or_(
         share.gt(full.value).unless(budget, on=("instance",))
     )
-    util = reading(c.DCGM_GPU_UTIL)
+    # busy in percent, as the diagnosis reads it (Context.util): the utilisation gauge, else the
+    # graphics engine's activity; on a MIG instance the gauge is not supported (dcgm-exporter 3.x
+    # writes 0 there) and only the activity counts
+    mig_id = c.DCGM_MIG_LABELS[1]
+    util = reading(c.DCGM_GPU_UTIL, sel.where(mig_id, "=", "")).or_(reading(c.DCGM_GR_ENGINE_ACTIVE) * 100)
     throttled = (
         metric(c.GPU_CLOCK_EVENT_ACTIVE, sel & Selector.any_of("reason", c.THROTTLE_REASONS))
         .over_time("avg", "5m")
@@ -594,6 +598,7 @@ def _gpu_alerts(config: Config) -> list[Alert]:
         .or_(reading(c.DCGM_PCIE_LINK_WIDTH).lt(reading(c.DCGM_PCIE_MAX_LINK_WIDTH)))
     )
     hot = _hot(reading, sel, config)
+    mig = {c.DCGM_MIG_LABELS[0]: "3g.40gb", mig_id: "1"}  # a MIG instance's labels, for the cases
     margin, models = lim[t.GPU_TEMP_MARGIN].value, config.gpu_models
     t4, h100 = models["T4"], models["H100"]
     t4_hot, h100_hot = (t4.slowdown_temp or 0) - margin, (h100.slowdown_temp or 0) - margin
@@ -637,6 +642,18 @@ def _gpu_alerts(config: Config) -> list[Alert]:
             explained_by=("gpu_underutilized",),
             fires=Case({fx.gpu(c.DCGM_GPU_UTIL): const(floor.value / 2)}, "10m", fx.gpu_labels(), floor.value / 2),
             silent=Case({fx.gpu(c.DCGM_GPU_UTIL): const(floor.value)}, "10m"),
+            more=(
+                Case(
+                    {fx.gpu(c.DCGM_GPU_UTIL, **mig): const(0), fx.gpu(c.DCGM_GR_ENGINE_ACTIVE, **mig): const(0.33)},
+                    "10m",
+                ),
+                Case(
+                    {fx.gpu(c.DCGM_GPU_UTIL, **mig): const(0), fx.gpu(c.DCGM_GR_ENGINE_ACTIVE, **mig): const(0.05)},
+                    "10m",
+                    {**fx.gpu_labels(), **mig},
+                    5.0,
+                ),
+            ),
             for_=floor.for_,
             diagnose_scope="",
             group="kvscope-gpu",

@@ -19,6 +19,7 @@ from typing import Any
 from diagnosis.findings import Evidence, Finding, Severity, affected, confidence_of, describe
 from diagnosis.measures import BY_NAME, Entity, Measurements, Value, entity_key
 from diagnosis.scopes import Scopes
+from kvscope import catalog as c
 from kvscope.gpu_models import DEFAULT_MODELS, GpuModels
 from kvscope.thresholds import DEFAULTS, Threshold, Thresholds
 
@@ -121,9 +122,15 @@ class Context:
 
     def util(self, view: View) -> float | None:
         """A GPU's mean utilisation in percent: the utilisation gauge, else the graphics engine's
-        activity (MIG and profiling-only configurations have no GPU_UTIL)."""
+        activity (profiling-only configurations have no GPU_UTIL). On a MIG instance the gauge is
+        not supported (dcgm-exporter 3.x writes 0 there: NVIDIA/dcgm-exporter#216): only the
+        activity counts, and without it the instance's use is unknown. The alert GPUUtilLow
+        reads the same."""
+        active = value(view, "gr_active_avg")
+        if labels_of(view).get(c.DCGM_MIG_LABELS[1]):
+            return None if active is None else active * 100
         util = value(view, "gpu_util_avg")
-        if util is None and (active := value(view, "gr_active_avg")) is not None:
+        if util is None and active is not None:
             util = active * 100
         return util
 

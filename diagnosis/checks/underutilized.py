@@ -10,16 +10,25 @@ from kvscope import thresholds as t
 
 def check(ctx: Context) -> list[Finding]:
     floor = ctx.limit(t.GPU_UTIL_FLOOR)
-    unjoined = [e for e in ctx.engines.values() if not ctx.gpus_with(e)]
+    backlog, slow = ctx.limit(t.QUEUE_BACKLOG), ctx.limit(t.QUEUE_TIME_P99)
+    # where the data joins no engine to a GPU, only an engine that is really queueing (a backlog,
+    # or a queue time past its line) can be the one these GPUs serve: a busy neighbour's waiting
+    # request or two, on another model or another node, excuses nothing
+    queueing = [
+        e
+        for e in ctx.engines.values()
+        if not ctx.gpus_with(e) and ((value(e, "waiting_max") or 0) >= backlog or (value(e, "queue_p99") or 0) >= slow)
+    ]
 
     def judge(view: View) -> Hit | None:
         util = ctx.util(view)
         if util is None or util >= floor:
             return None
-        # idle GPUs with a queue are not a cost problem: the engines on the same machine, or,
-        # where the data joins no engine to this GPU, any engine not joined to a GPU either
+        # idle GPUs with a queue are not a cost problem: a queue on the engines of the same
+        # machine, or, where the data joins no engine to this GPU, an unjoined engine queueing
         joined = ctx.engines_with(view)
-        if any((value(e, "waiting_max") or 0) > 0 for e in joined or unjoined):
+        excused = any((value(e, "waiting_max") or 0) > 0 for e in joined) if joined else bool(queueing)
+        if excused:
             return None
         return Hit(view, floor - util, {"util": util})
 

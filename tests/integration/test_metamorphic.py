@@ -1,7 +1,7 @@
 """Metamorphic: every case of the library and both reality splits, also in other shapes
 (tests/scenarios/transforms.py: more healthy nodes, the other host label, the instance
 relabelled as the pod, an unrelated healthy model, a 15 s or 60 s scrape step, a 30-minute
-window), backfilled into one real Prometheus. The verdict and the active incidents with their
+or an hour's window), backfilled into one real Prometheus. The verdict and the active incidents with their
 scopes must be the same as the case's own. CI runs one light transform per case, rotating so
 that each meets a share of the cases; `python -m bench.metamorphic` runs every transform on
 every case, the 8x healthy nodes included."""

@@ -250,6 +250,38 @@ def test_gateway_share_and_idle_gpus():
     assert not fires(underutilized.check, gpu={"gpu_util_avg": 25}, engine={"waiting_max": 0})
 
 
+def test_idle_gpus_are_excused_only_by_a_queue_that_can_be_theirs():
+    idle = {"gpu_util_avg": 5}
+    # the engine and the GPU share no label: a busy neighbour's waiting request or two (another
+    # model, another node) excuses nothing; a backlog or a slow queue may be theirs
+    assert fires(underutilized.check, gpu=idle, engine={"waiting_max": 2})
+    assert not fires(underutilized.check, gpu=idle, engine={"waiting_max": 150})
+    assert not fires(underutilized.check, gpu=idle, engine={"waiting_max": 2, "queue_p99": 3.0})
+    # joined (kvscope export re-exposes its node's engines: the same instance), any waiting request
+    m = measurements(gpu=idle, engine={"waiting_max": 2})
+    for values in m.values.values():
+        for v in values:
+            if v.labels.get("pod") == ENGINE["pod"]:
+                v.labels = {**v.labels, "instance": GPU["instance"]}
+    assert not underutilized.check(Context.of(m))
+
+
+def test_a_mig_instance_is_judged_by_its_graphics_activity_alone():
+    def mig(gpu: dict) -> Context:
+        m = measurements(gpu=gpu, engine={"waiting_max": 0})
+        for values in m.values.values():
+            for v in values:
+                if v.labels.get("UUID"):
+                    v.labels = {**v.labels, "GPU_I_ID": "1", "GPU_I_PROFILE": "3g.40gb"}
+        return Context.of(m)
+
+    # dcgm-exporter 3.x writes GPU_UTIL 0 on a MIG instance (NVIDIA/dcgm-exporter#216): a busy 3g
+    # instance's engine activity (33 %) is what it did; with no activity its use is unknown
+    assert not underutilized.check(mig({"gpu_util_avg": 0, "gr_active_avg": 0.33}))
+    assert not underutilized.check(mig({"gpu_util_avg": 0, "gr_active_avg": None}))
+    assert underutilized.check(mig({"gpu_util_avg": 0, "gr_active_avg": 0.05}))
+
+
 def test_the_root_cause_explains_its_symptoms_on_its_own_machine():
     queue = {"waiting_max": 150, "waiting_slope": 0.5, "queue_p99": 4.0}
     m = measurements(engine=queue)

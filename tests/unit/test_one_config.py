@@ -69,7 +69,8 @@ def test_the_alerts_take_the_new_numbers(generated):
 def test_the_selectors_reach_every_engine_and_gpu_query(generated):
     alerts = rules(generated["alerts"])
     assert 'vllm:num_requests_waiting{job="vllm",pod=~"vllm-.*"}' in alerts["VLLMQueueBacklog"]["expr"]
-    assert 'DCGM_FI_DEV_GPU_UTIL{cluster=~"a|b"}' in alerts["GPUUtilLow"]["expr"]
+    assert 'DCGM_FI_DEV_GPU_UTIL{cluster=~"a|b",GPU_I_ID=""}' in alerts["GPUUtilLow"]["expr"]
+    assert 'DCGM_FI_PROF_GR_ENGINE_ACTIVE{cluster=~"a|b"}' in alerts["GPUUtilLow"]["expr"]  # MIG instances
     assert 'kvscope_gpu_pcie_link_capacity_bytes_per_second{cluster=~"a|b"}' in alerts["GPUPCIeSaturated"]["expr"]
     kv = panel(generated["dashboards"], "llm-serving-overview", "KV-cache usage per instance")
     assert all('job="vllm",pod=~"vllm-.*"' in t["expr"] for t in kv["targets"])
