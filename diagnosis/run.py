@@ -66,14 +66,17 @@ def run(request: Request) -> Diagnosis:
             engine_selector=config.engine_selector,
         )
         try:
-            measurements = prom.fetch(MEASURES, request.at, request.window, request.baseline)
-            firing = alerts.fetch(client, request.at, request.window, request.selector)
             # the hardware's present state, judged over the end of the window alone (a GPU that
             # throttles for the last 20 minutes of 30 must not average out)
             present_span = min(request.recent, request.window)
-            present = None
-            if present_span < request.window:
-                present = prom.window_only(PRESENT_MEASURES, request.at, present_span)
+            measurements, present = prom.fetch_with_present(
+                MEASURES,
+                request.at,
+                request.window,
+                request.baseline,
+                (PRESENT_MEASURES, present_span) if present_span < request.window else None,
+            )
+            firing = alerts.fetch(client, request.at, request.window, request.selector)
             result = diagnose(measurements, request.at, request.window, prom.name, config, firing, present=present)
             recent: list[Measurements] | None = None
             todo = alerts.unexplained(firing)

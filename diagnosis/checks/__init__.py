@@ -49,8 +49,10 @@ class Context:
             Entity.ENGINE: defaultdict(lambda: defaultdict(list)),
             Entity.GPU: defaultdict(lambda: defaultdict(list)),
         }
+        key_of = {entity: _keys(entity) for entity in Entity}
+        gpu_key = key_of[Entity.GPU]
         same = _one_gpu_each(
-            entity_key(v.labels, Entity.GPU)
+            gpu_key(v.labels)
             for got in (m.values, m.baseline)
             for name, values in got.items()
             if name in BY_NAME and BY_NAME[name].entity is Entity.GPU
@@ -60,18 +62,20 @@ class Context:
             entity = BY_NAME[name].entity if name in BY_NAME else None
             if entity is None:
                 continue
+            keyer = key_of[entity]
             for v in values:
-                key = entity_key(v.labels, entity)
+                key = keyer(v.labels)
                 views[entity][same.get(key, key)][name].append(v)
         baseline: dict[Key, View] = defaultdict(lambda: defaultdict(list))
         for name, values in m.baseline.items():
             if name in BY_NAME:
+                keyer = key_of[BY_NAME[name].entity]
                 for v in values:
-                    key = entity_key(v.labels, BY_NAME[name].entity)
+                    key = keyer(v.labels)
                     baseline[same.get(key, key)][name].append(v)
         for key, view in views[Entity.GPU].items():  # labels_of() reads the first: the fullest first
-            name = next(n for n, values in view.items() if any(entity_key(v.labels, Entity.GPU) == key for v in values))
-            view[name].sort(key=lambda v: entity_key(v.labels, Entity.GPU) != key)
+            name = next(n for n, values in view.items() if any(gpu_key(v.labels) == key for v in values))
+            view[name].sort(key=lambda v: gpu_key(v.labels) != key)
             views[Entity.GPU][key] = defaultdict(list, {name: view[name], **view})
         engines, gpus = dict(views[Entity.ENGINE]), dict(views[Entity.GPU])
         # engines seen only before the window are gone now (crashed, not restarted): their scope
@@ -155,6 +159,21 @@ class Context:
         if not live and any(self.scopes.of_labels(labels) == scope for labels in gone):
             return 0.0  # its engine is gone: nothing of vLLM's should hold the GPU's memory
         return max(shares) if shares else None
+
+
+def _keys(entity: Entity) -> Callable[[dict[str, str]], Key]:
+    """entity_key for `entity`, once per label dict: a source shares one dict among the values
+    of one series across its queries (kvscope/prometheus.py), and the values keep them alive
+    while a Context is built, so a dict's id names it for that long."""
+    memo: dict[int, Key] = {}
+
+    def key(labels: dict[str, str]) -> Key:
+        found = memo.get(id(labels))
+        if found is None:
+            found = memo[id(labels)] = entity_key(labels, entity)
+        return found
+
+    return key
 
 
 # the quantiles whose ratios are a distribution's shape (Context.shape)
