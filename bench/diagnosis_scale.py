@@ -28,10 +28,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
+import yaml
 
 from alerts import build, rollups
 from drill import prometheus_server as prometheus
 from drill.launcher import running
+from kvscope import catalog as c
 from kvscope import promtext
 from kvscope.config import Config
 from kvscope.durations import parse_duration
@@ -93,6 +95,13 @@ class Row:
     rule_s: float = 0.0  # its evaluation: the sum of its rules' queries at the window's end
     rule_share: float = 0.0  # that over its interval
     rollup_series: int = 0  # series the rollups record at each evaluation
+    # the same with the rollups recorded: `--phases auto` (two phases from 64 engines)
+    two_wall_s: float = 0.0
+    two_rss_mb: float = 0.0
+    two_prometheus_s: float = 0.0
+    two_bottleneck: str = ""
+    two_only_the_fault: bool = False
+    screen: str = ""  # the screen's line in `sources`
 
 
 def _query_seconds(url: str) -> float:
@@ -115,10 +124,10 @@ _PEAK = (
 )
 
 
-def _diagnose(url: str, at: float) -> tuple[float, float, dict]:
+def _diagnose(url: str, at: float, phases: str = "auto") -> tuple[float, float, dict]:
     """(wall seconds, peak resident memory in MB, the JSON report) of one `kvscope diagnose` command."""
     argv = [sys.executable, "-c", _PEAK, "diagnose", "--prometheus", url, "--at", f"{at:.3f}"]
-    argv += ["--window", WINDOW, "--format", "json"]
+    argv += ["--window", WINDOW, "--format", "json", "--phases", phases]
     began = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
     wall = time.perf_counter() - began
@@ -128,7 +137,46 @@ def _diagnose(url: str, at: float) -> tuple[float, float, dict]:
     return wall, int(peaks[-1]) / 1024, json.loads(done.stdout or "{}")
 
 
-def measure(nodes: int, runs: int, work: Path) -> Row:
+def record_rollups(url: str, start: float, end: float, data: Path, work: Path) -> None:
+    """The rollups as kvscope's rules would have recorded them from `start` to `end`
+    (`promtool tsdb create-blocks-from rules` against the running Prometheus), written as
+    blocks into `data`, for the next Prometheus started on it."""
+    rules = work / "rollups.yaml"
+    rules.write_text(yaml.safe_dump({"groups": [rollups.group(Config())]}, sort_keys=False))
+    out = work / "rule-blocks"
+    argv = [prometheus.binary("promtool"), "tsdb", "create-blocks-from", "rules", f"--url={url}"]
+    argv += [f"--start={int(start)}", f"--end={int(end)}", f"--output-dir={out}"]
+    argv += [f"--eval-interval={c.ROLLUP_INTERVAL}", str(rules)]
+    subprocess.run(argv, check=True, capture_output=True, timeout=3600)
+    for block in out.iterdir():
+        if block.is_dir():
+            block.rename(data / block.name)
+
+
+def _timed(url: str, at: float, runs: int, phases: str) -> tuple[list[float], list[float], list[float], list[dict]]:
+    walls, rss, evaluation, reports = [], [], [], []
+    _diagnose(url, at, phases)  # Prometheus' caches warm, as on a server that has been up
+    for _ in range(runs):
+        before = _query_seconds(url)
+        wall, peak, report = _diagnose(url, at, phases)
+        evaluation.append(_query_seconds(url) - before)
+        walls.append(wall)
+        rss.append(peak)
+        reports.append(report)
+    return walls, rss, evaluation, reports
+
+
+def _named(report: dict) -> set[str]:
+    return {
+        scope
+        for incident in report.get("incidents", [])
+        if incident.get("status", "active") == "active"
+        for scope in incident.get("scope", [])
+    }
+
+
+def measure(nodes: int, runs: int, work: Path, phases: str = "auto") -> Row:
+    """One size: timed in one phase, then (the rollups recorded) with `--phases` `phases`."""
     instances, faulty = fleet(nodes)
     end = time.time() - 120
     start = end - MINUTES * 60
@@ -137,29 +185,22 @@ def measure(nodes: int, runs: int, work: Path) -> Row:
     sim = Simulation(instances, {"scenario": f"scale-{nodes}"}, start=start)
     with path.open("w") as out:
         series, samples = write_openmetrics(out, [sim], start, MINUTES, STEP)
-    prometheus.backfill(path, work / "data")
+    data = work / "data"
+    prometheus.backfill(path, data)
     path.unlink()
     backfill = time.perf_counter() - began
-    server = prometheus.start(work / "prometheus", {}, storage=work / "data", retention="30d")
+    server = prometheus.start(work / "prometheus", {}, storage=data, retention="30d")
     with running(server, ready_path="/-/ready", timeout=300) as ready:
         url = ready.base_url
-        _diagnose(url, end)  # Prometheus' caches warm, as on a server that has been up
-        walls, rss, evaluation, reports = [], [], [], []
-        for _ in range(runs):
-            before = _query_seconds(url)
-            wall, peak, report = _diagnose(url, end)
-            evaluation.append(_query_seconds(url) - before)
-            walls.append(wall)
-            rss.append(peak)
-            reports.append(report)
+        walls, rss, evaluation, reports = _timed(url, end, runs, "one")
         costs = rule_costs(url, end)
-    last = reports[-1]
-    named = {
-        scope
-        for incident in last.get("incidents", [])
-        if incident.get("status", "active") == "active"
-        for scope in incident.get("scope", [])
-    }
+        # the rollups over the window (and its first rate window), as the rules record them
+        record_rollups(url, end - parse_duration(WINDOW) - 600, end, data, work)
+    server = prometheus.start(work / "prometheus-rules", {}, storage=data, retention="30d")
+    with running(server, ready_path="/-/ready", timeout=300) as ready:
+        two = _timed(ready.base_url, end, runs, phases)
+    last, last_two = reports[-1], two[3][-1]
+    screen = next((s["detail"] for s in last_two.get("sources", []) if s.get("source") == "screen"), "one phase")
     return Row(
         nodes,
         nodes * GPUS_PER_NODE,
@@ -171,8 +212,14 @@ def measure(nodes: int, runs: int, work: Path) -> Row:
         max(rss),
         statistics.median(evaluation),
         str(last.get("bottleneck", "?")),
-        named == {faulty},
+        _named(last) == {faulty},
         *costs,
+        two_wall_s=statistics.median(two[0]),
+        two_rss_mb=max(two[1]),
+        two_prometheus_s=statistics.median(two[2]),
+        two_bottleneck=str(last_two.get("bottleneck", "?")),
+        two_only_the_fault=_named(last_two) == {faulty},
+        screen=screen,
     )
 
 
@@ -200,16 +247,20 @@ def rule_costs(url: str, at: float, groups: list[dict] | None = None) -> tuple[s
 
 def table(rows: list[Row]) -> str:
     out = [
-        "| nodes | GPUs | vLLM engines | series | `kvscope diagnose` (median) | its RSS | Prometheus evaluation "
-        "| verdict | only the fault | costliest rule group (share of its interval) | rollup series |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| nodes | GPUs | vLLM engines | series | one phase (median) | its RSS | Prometheus evaluation "
+        "| two phases, rollups loaded (median) | its RSS | Prometheus evaluation | verdict, one / two "
+        "| only the fault, one / two | costliest rule group (share of its interval) | rollup series |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         out.append(
             f"| {r.nodes:,} | {r.gpus:,} | {r.engines:,} | {r.series / 1000:.1f} k | {r.wall_s:.2f} s | "
-            f"{r.rss_mb:.0f} MB | {r.prometheus_s:.2f} s | {r.bottleneck} | {'yes' if r.only_the_fault else 'no'} | "
+            f"{r.rss_mb:.0f} MB | {r.prometheus_s:.2f} s | {r.two_wall_s:.2f} s | {r.two_rss_mb:.0f} MB | "
+            f"{r.two_prometheus_s:.2f} s | {r.bottleneck} / {r.two_bottleneck} | "
+            f"{'yes' if r.only_the_fault else 'no'} / {'yes' if r.two_only_the_fault else 'no'} | "
             f"{r.rule_group} {r.rule_s:.2f} s ({r.rule_share:.1%}) | {r.rollup_series:,} |"
         )
+    out += ["", *(f"- {r.gpus:,} GPUs: {r.screen}" for r in rows)]
     return "\n".join(out)
 
 
@@ -231,7 +282,11 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(measure(nodes, args.runs, Path(work)))
         print(f"  {nodes} nodes done", file=sys.stderr, flush=True)
     print(json.dumps([r.__dict__ for r in rows], indent=2) if args.json else table(rows))
-    return 0 if all(r.only_the_fault and r.bottleneck == "kv_cache_exhaustion" for r in rows) else 1
+    right = all(
+        r.only_the_fault and r.two_only_the_fault and r.bottleneck == r.two_bottleneck == "kv_cache_exhaustion"
+        for r in rows
+    )
+    return 0 if right else 1
 
 
 if __name__ == "__main__":

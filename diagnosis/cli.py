@@ -64,6 +64,13 @@ def diagnose(
     interval: Annotated[
         str, typer.Option(help="--scrape: how long to watch (counters rated over it, gauges sampled every second).")
     ] = "10s",
+    phases: Annotated[
+        str,
+        typer.Option(
+            help="--prometheus: auto | one | two. Two: the latency quantiles read only for the engines a screen "
+            "over kvscope's rollups does not clear (auto: where the rollups are loaded, from 64 engines)."
+        ),
+    ] = "auto",
     output_format: Annotated[
         str, typer.Option("--format", help="text | json | markdown | html (one self-contained page)")
     ] = "text",
@@ -84,6 +91,7 @@ def diagnose(
     if listen and bundle:
         fail("diagnose", "--listen diagnoses live alerts: use it with --prometheus or --scrape")
     choice("diagnose", "--format", output_format, ("text", "json", "markdown", "html"))
+    choice("diagnose", "--phases", phases, ("auto", "one", "two"))
     if listen and out:
         fail("diagnose", "--out writes one report: the webhook (--listen) keeps its reports (--reports-dir)")
     try:
@@ -112,6 +120,7 @@ def diagnose(
         headers=headers,
         bearer_token=bearer_token,
         save_bundle=save_bundle,
+        phases=phases,
         config=settings,
         **fields,  # type: ignore[arg-type]
     )

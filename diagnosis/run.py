@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diagnosis import alerts, onset
+from diagnosis import alerts, onset, screen
 from diagnosis.findings import INSUFFICIENT_DATA, Severity
 from diagnosis.measures import MEASURES, Entity, Measurements
 from diagnosis.sources import SourceError
@@ -34,6 +34,7 @@ class Request:
     headers: dict[str, str] = field(default_factory=dict)
     bearer_token: str | None = None
     interval: float = 10.0
+    phases: str = "auto"  # --prometheus: screen.PHASES (two on a large fleet where the rollups are loaded)
     save_bundle: Path | None = None
     config: Config = field(default_factory=Config)
 
@@ -69,13 +70,7 @@ def run(request: Request) -> Diagnosis:
             # the hardware's present state, judged over the end of the window alone (a GPU that
             # throttles for the last 20 minutes of 30 must not average out)
             present_span = min(request.recent, request.window)
-            measurements, present = prom.fetch_with_present(
-                MEASURES,
-                request.at,
-                request.window,
-                request.baseline,
-                (PRESENT_MEASURES, present_span) if present_span < request.window else None,
-            )
+            measurements, present = _fetch(prom, request, present_span)
             firing = alerts.fetch(client, request.at, request.window, request.selector)
             result = diagnose(measurements, request.at, request.window, prom.name, config, firing, present=present)
             recent: list[Measurements] | None = None
@@ -112,6 +107,46 @@ def run(request: Request) -> Diagnosis:
     if request.save_bundle is not None:
         bundles.save(request.save_bundle, bundles.Bundle(at, window, source, measurements))
     return diagnose(measurements, at, window, source, config)
+
+
+def _fetch(prom: PrometheusSource, request: Request, present_span: float) -> tuple[Measurements, Measurements | None]:
+    """The window, its baseline and its end: in one phase, or, on a large fleet (or where
+    asked), in two: everything but the latency quantiles, then those for the engines the
+    screen does not clear (diagnosis/screen.py)."""
+    at, window, baseline = request.at, request.window, request.baseline
+    span = present_span if present_span < window else None
+    if request.phases == "one":
+        return prom.fetch_with_present(MEASURES, at, window, baseline, (PRESENT_MEASURES, span) if span else None)
+    recorded = screen.rollups_loaded(prom.query, at, request.selector)
+    if request.phases == "auto" and recorded < screen.TWO_PHASES_FROM:
+        m, present = prom.fetch_with_present(MEASURES, at, window, baseline, (PRESENT_MEASURES, span) if span else None)
+        engines = len(m.entities("kv_usage_max"))
+        if not recorded and engines >= screen.TWO_PHASES_FROM:
+            detail = "one phase: kvscope's rollups are not loaded; every engine's latency read from its histograms"
+            m.sources.append({"source": "rollups", "status": "ok", "detail": detail})
+        return m, present
+    first, deferred = screen.split(MEASURES)
+    first_now, deferred_now = screen.split(PRESENT_MEASURES)
+    m, present = prom.fetch_with_present(first, at, window, baseline, (first_now, span) if span else None)
+    config = request.config
+    sel = request.selector if recorded else request.selector & config.engine_selector
+    found = screen.screen(prom.query, m, at, window, sel, config.thresholds, recorded > 0)
+    if found.selector is not None:
+        more, more_now = prom.fetch_with_present(
+            deferred, at, window, baseline, (deferred_now, span) if span else None, found.selector
+        )
+        _merge(m, more)
+        m.baseline.update(more.baseline)
+        if present is not None and more_now is not None:
+            _merge(present, more_now)
+    m.sources.append({"source": "screen", "status": "ok", "detail": found.detail})
+    return m, present
+
+
+def _merge(into: Measurements, more: Measurements) -> None:
+    into.values.update(more.values)
+    into.errors.update(more.errors)
+    into.notes += [n for n in more.notes if n not in into.notes]
 
 
 def undiagnosable(request: Request, why: str) -> Diagnosis:

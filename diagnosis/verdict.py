@@ -121,7 +121,7 @@ def diagnose(
         key = (incident.id, tuple(sorted(incident.scopes)))
         incident.onset, incident.ended = m.onsets.get(key), m.ended.get(key)
         own = OWN_SIGNAL.get(incident.id)  # an incident's own signal is not its trigger
-        nearby = [c for c in found if c.where in incident.scopes and c.signal != own]
+        nearby = [c for c in found if c.where in incident.scopes and c.signal != own and can_trigger(incident.id, c)]
         trigger = min(nearby, key=_trigger_rank) if nearby else None
         if trigger is not None:
             incident.trigger = {
@@ -269,6 +269,29 @@ TRIGGER_ORDER = (
 
 
 OWN_SIGNAL = {"prefix_cache_miss": "prefix_hit_rate"}
+
+
+# which way each load signal moves the work asked of the engines: more requests, longer prompts
+# or outputs, fewer prefix hits ask more; the opposite asks less
+LOAD_DIRECTION = {
+    "request_rate": 1,
+    "prompt_tokens_mean": 1,
+    "prompt_tokens_p99": 1,
+    "output_tokens_mean": 1,
+    "prefix_hit_rate": -1,
+}
+LESS_WORK_CAUSES = frozenset({"gpu_underutilized"})  # what asking less of the engines can cause
+
+
+def can_trigger(incident: str, change: Change) -> bool:
+    """Whether `change` can have set `incident` off: a load that asks more can cause anything but
+    idle GPUs, a load that asks less only idle GPUs (shorter prompts do not throttle a GPU or
+    fill a KV pool); restarts, configuration and models can cause anything."""
+    direction = LOAD_DIRECTION.get(change.signal)
+    if direction is None or not isinstance(change.before, int | float) or not isinstance(change.after, int | float):
+        return True
+    more = (change.after - change.before) * direction > 0
+    return more != (incident in LESS_WORK_CAUSES)
 
 
 def _trigger_rank(change: Change) -> int:

@@ -1515,7 +1515,7 @@ del G, C, H, I
 def all_signals() -> tuple[Signal, ...]:
     """Every catalog entry, in definition order (including the SLO recording rules)."""
     out: list[Signal] = []
-    for v in globals().values():
+    for v in list(globals().values()):  # a snapshot: never iterate a module's live namespace
         if isinstance(v, Signal):
             out.append(v)
         elif isinstance(v, dict) and v and all(isinstance(x, Signal) for x in v.values()):

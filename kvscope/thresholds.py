@@ -295,7 +295,7 @@ SPEC_ACCEPT_FALL = Threshold(
 
 def all_thresholds() -> tuple[Threshold, ...]:
     """Every threshold's default, in definition order."""
-    return tuple(v for v in globals().values() if isinstance(v, Threshold))
+    return tuple(v for v in list(globals().values()) if isinstance(v, Threshold))
 
 
 class Thresholds:

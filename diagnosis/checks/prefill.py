@@ -8,16 +8,22 @@ from diagnosis.checks import Context, Hit, Parts, View, evidence, names, scoped_
 from diagnosis.findings import Finding, Severity
 from kvscope import thresholds as t
 from kvscope import tuning
+from kvscope.thresholds import Thresholds
 from kvscope.tuning import Platform, long_prefill_threshold, prefill_budget
 
 
 def long_prompt_tail(ctx: Context, view: View) -> bool:
     """A few prompts far longer than the rest: p99 past the long-prompt size, or 10x the median."""
+    return prompt_tail(ctx.limits, view)
+
+
+def prompt_tail(limits: Thresholds, view: View) -> bool:
+    """long_prompt_tail under `limits` (the first phase's screen asks it before any Context)."""
     prompt50, prompt99 = value(view, "prompt_p50"), value(view, "prompt_p99")
     if prompt99 is None:
         return False
-    return prompt99 >= ctx.limit(t.LONG_PROMPT_TOKENS) or bool(
-        prompt50 and prompt99 / prompt50 >= ctx.limit(t.TTFT_TAIL_RATIO)
+    return prompt99 >= limits.value(t.LONG_PROMPT_TOKENS) or bool(
+        prompt50 and prompt99 / prompt50 >= limits.value(t.TTFT_TAIL_RATIO)
     )
 
 

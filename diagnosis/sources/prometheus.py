@@ -129,15 +129,17 @@ class PrometheusSource:
         window: float,
         baseline: float | None = None,
         present: tuple[Sequence[Measure], float] | None = None,
+        only: Selector = ANY,
     ) -> tuple[Measurements, Measurements | None]:
         """`fetch`, and `present` (measures, span) over the end of the window alone, all in one
-        pool of queries: the slowest query of one part does not hold the next part back."""
+        pool of queries: the slowest query of one part does not hold the next part back. `only`
+        narrows every query further (the second phase: the engines the screen did not clear)."""
         self.query(str(vector(1)), at)  # unreachable or refused: the whole source is unusable
         wanted = [m for m in measures if m.name in BASELINE]
         jobs = [(measures, at, window), (wanted, at - window, baseline or window)]
         if present is not None:
             jobs.append((present[0], at, present[1]))
-        parts = self._fetch_many(jobs)
+        parts = self._fetch_many(jobs, only)
         out, past = parts[0], parts[1]
         out.baseline = past.values
         out.spans = (window, baseline or window)
@@ -145,13 +147,15 @@ class PrometheusSource:
         out.sources.append({"source": self.name, "status": "ok", "detail": f"{len(out.values)} measures"})
         return out, parts[2] if present is not None else None
 
-    def _fetch_many(self, jobs: Sequence[tuple[Sequence[Measure], float, float]]) -> list[Measurements]:
+    def _fetch_many(
+        self, jobs: Sequence[tuple[Sequence[Measure], float, float]], only: Selector = ANY
+    ) -> list[Measurements]:
         """Each job's measures (measures, at, window), their queries run 8 at a time."""
         outs = [Measurements() for _ in jobs]
 
         def run(task: tuple[int, Measure, float, float]) -> tuple[int, Measure, str, Vector | str]:
             part, measure, at, window = task
-            selector = self.selector & self.entity_selector[measure.entity]
+            selector = self.selector & self.entity_selector[measure.entity] & only
             expr = promql(measure, window, selector, self.recent)
             try:
                 return part, measure, expr, self.query(expr, at)

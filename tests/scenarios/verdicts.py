@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from diagnosis.run import Request, run
+from diagnosis.verdict import Diagnosis
 from drill import prometheus_server as prometheus
 from drill.launcher import running
 from kvscope.promql import Selector
@@ -22,13 +23,21 @@ AT_MINUTE = 57.0
 Verdict = tuple[str, list[tuple[str, tuple[str, ...]]]]  # bottleneck, sorted (active incident, names)
 
 
-def verdict(url: str, start: float, fleet: Fleet) -> Verdict:
+def verdict(url: str, start: float, fleet: Fleet, phases: str = "auto") -> Verdict:
     """What the diagnosis says of one fleet: its bottleneck and its active incidents' scopes."""
-    result = run(
-        Request(
-            prometheus=url, at=start + AT_MINUTE * 60, window=fleet.window, selector=Selector.of(scenario=fleet.name)
-        )
+    return summary(diagnosed(url, start, fleet, phases))
+
+
+def diagnosed(url: str, start: float, fleet: Fleet, phases: str = "auto") -> Diagnosis:
+    """The diagnosis of one fleet at minute AT_MINUTE over its window."""
+    selector = Selector.of(scenario=fleet.name)
+    return run(
+        Request(prometheus=url, at=start + AT_MINUTE * 60, window=fleet.window, selector=selector, phases=phases)
     )
+
+
+def summary(result: Diagnosis) -> Verdict:
+    """A diagnosis's bottleneck and its active incidents with their scopes."""
     active = [(i.id, tuple(sorted(names_of(i.affected)))) for i in result.incidents if i.status == "active"]
     return result.bottleneck, sorted(active)
 

@@ -138,3 +138,18 @@ def test_a_mean_needs_enough_requests_in_each_window():
     longer = ({"request_rate": 1.0, "prompt_mean": 3000}, {"request_rate": 1.0, "prompt_mean": 1500})
     assert changes(_spanned(*longer, spans=(20.0, 20.0))) == []  # 20 requests a window
     assert [c.signal for c in changes(_spanned(*longer, spans=(60.0, 60.0)))] == ["prompt_tokens_mean"]
+
+
+def test_a_load_that_asks_less_sets_off_only_idle_gpus():
+    from diagnosis.changes import Change
+    from diagnosis.verdict import can_trigger
+
+    shorter = Change("prompt_tokens_mean", {}, 429.0, 324.0)  # a CI hardware drill's finish-side drift
+    longer = Change("prompt_tokens_mean", {}, 337.0, 687.0)  # seed 000's avalanche
+    fewer_hits = Change("prefix_hit_rate", {}, 0.9, 0.3)
+    quieter = Change("request_rate", {}, 6.0, 1.0)
+    for incident in ("thermal_power_throttling", "kv_cache_exhaustion", "pcie_bottleneck"):
+        assert not can_trigger(incident, shorter) and not can_trigger(incident, quieter)
+        assert can_trigger(incident, longer) and can_trigger(incident, fewer_hits)
+    assert can_trigger("gpu_underutilized", quieter) and not can_trigger("gpu_underutilized", longer)
+    assert can_trigger("thermal_power_throttling", Change("cache_config", {}, "a", "b"))
