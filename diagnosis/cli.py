@@ -91,7 +91,9 @@ def diagnose(
     if listen and bundle:
         fail("diagnose", "--listen diagnoses live alerts: use it with --prometheus or --scrape")
     choice("diagnose", "--format", output_format, ("text", "json", "markdown", "html"))
-    choice("diagnose", "--phases", phases, ("auto", "one", "two"))
+    from diagnosis.screen import PHASES
+
+    choice("diagnose", "--phases", phases, PHASES)
     if listen and out:
         fail("diagnose", "--out writes one report: the webhook (--listen) keeps its reports (--reports-dir)")
     try:

@@ -27,7 +27,6 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from diagnosis.checks.prefill import prompt_tail
 from diagnosis.measures import BY_NAME, ENTITY_LABELS, Entity, Measure, Measurements, Value, entity_key
@@ -39,8 +38,7 @@ from kvscope.prometheus import QueryFailed, Vector
 from kvscope.promql import ANY, Expr, Selector, metric, quantile
 from kvscope.thresholds import Thresholds
 
-Phases = Literal["auto", "one", "two"]
-PHASES: tuple[str, ...] = ("auto", "one", "two")
+PHASES: tuple[str, ...] = ("auto", "one", "two")  # --phases
 
 # read in the second phase, for the engines the screen does not clear
 DEFERRED = ("ttft_p50", "ttft_p99", "itl_p50", "itl_p99", "queue_p99", "tpot_p50", "prefill_p99")
