@@ -3,12 +3,13 @@ evidence. What the CLI and the Alertmanager webhook call."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from diagnosis import alerts, onset, screen
 from diagnosis.findings import INSUFFICIENT_DATA, Severity
-from diagnosis.measures import MEASURES, Entity, Measurements
+from diagnosis.measures import MEASURES, Entity, Measure, Measurements
 from diagnosis.sources import SourceError
 from diagnosis.sources import bundle as bundles
 from diagnosis.sources.prometheus import RECENT, PrometheusSource
@@ -114,12 +115,15 @@ def _fetch(prom: PrometheusSource, request: Request, present_span: float) -> tup
     asked), in two: everything but the latency quantiles, then those for the engines the
     screen does not clear (diagnosis/screen.py)."""
     at, window, baseline = request.at, request.window, request.baseline
-    span = present_span if present_span < window else None
+
+    def at_the_end(measures: Sequence[Measure]) -> tuple[Sequence[Measure], float] | None:
+        return (measures, present_span) if present_span < window else None
+
     if request.phases == "one":
-        return prom.fetch_with_present(MEASURES, at, window, baseline, (PRESENT_MEASURES, span) if span else None)
+        return prom.fetch_with_present(MEASURES, at, window, baseline, at_the_end(PRESENT_MEASURES))
     recorded = screen.rollups_loaded(prom.query, at, request.selector)
     if request.phases == "auto" and recorded < screen.TWO_PHASES_FROM:
-        m, present = prom.fetch_with_present(MEASURES, at, window, baseline, (PRESENT_MEASURES, span) if span else None)
+        m, present = prom.fetch_with_present(MEASURES, at, window, baseline, at_the_end(PRESENT_MEASURES))
         engines = len(m.entities("kv_usage_max"))
         if not recorded and engines >= screen.TWO_PHASES_FROM:
             detail = "one phase: kvscope's rollups are not loaded; every engine's latency read from its histograms"
@@ -127,13 +131,13 @@ def _fetch(prom: PrometheusSource, request: Request, present_span: float) -> tup
         return m, present
     first, deferred = screen.split(MEASURES)
     first_now, deferred_now = screen.split(PRESENT_MEASURES)
-    m, present = prom.fetch_with_present(first, at, window, baseline, (first_now, span) if span else None)
+    m, present = prom.fetch_with_present(first, at, window, baseline, at_the_end(first_now))
     config = request.config
     sel = request.selector if recorded else request.selector & config.engine_selector
     found = screen.screen(prom.query, m, at, window, sel, config.thresholds, recorded > 0)
     if found.selector is not None:
         more, more_now = prom.fetch_with_present(
-            deferred, at, window, baseline, (deferred_now, span) if span else None, found.selector
+            deferred, at, window, baseline, at_the_end(deferred_now), found.selector
         )
         _merge(m, more)
         m.baseline.update(more.baseline)
