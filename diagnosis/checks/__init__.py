@@ -42,6 +42,7 @@ class Context:
     _scope_index: dict[int, tuple[dict[Key, View], dict[str, list[View]]]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    _server_index: dict[tuple[str, ...], View] | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def of(cls, m: Measurements, limits: Thresholds = DEFAULTS, models: GpuModels = DEFAULT_MODELS) -> Context:
@@ -112,6 +113,18 @@ class Context:
         """The engine views in the same scope as `view`."""
         return self._by_scope(self.engines).get(self.scope(view), [])
 
+    def server_view(self, view: View) -> View | None:
+        """The view of the server an engine runs in, where it writes series of its own: kvscope
+        serve's gateway counts the whole server (requests held in its KV lanes, arrivals), with
+        no `engine` label. None for a view that is itself no engine of a server."""
+        if not labels_of(view).get("engine"):
+            return None
+        if self._server_index is None:
+            self._server_index = {
+                server_key(labels_of(v)): v for v in self.engines.values() if not labels_of(v).get("engine")
+            }
+        return self._server_index.get(server_key(labels_of(view)))
+
     def _by_scope(self, views: dict[Key, View]) -> dict[str, list[View]]:
         """`views` (the engines or the GPUs) by scope, built once: a check asks it of every
         entity, which a scan of the fleet each time would make quadratic in the fleet's size."""
@@ -176,6 +189,12 @@ def _keys(entity: Entity) -> Callable[[dict[str, str]], Key]:
     return key
 
 
+def server_key(labels: dict[str, str]) -> tuple[str, ...]:
+    """What one server's series share, its engines' and its own: where it was scraped."""
+    return tuple(labels.get(k, "") for k in SERVER_LABELS)
+
+
+SERVER_LABELS = ("instance", "target", "pod")
 # the quantiles whose ratios are a distribution's shape (Context.shape)
 SHAPES = ("ttft_p50", "ttft_p99", "itl_p50", "itl_p99")
 

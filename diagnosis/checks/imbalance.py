@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from diagnosis.checks import Context, View, evidence, labels_of, value
+from diagnosis.checks import Context, View, evidence, labels_of, server_key, value
 from diagnosis.findings import Evidence, Finding, Severity, affected, confidence_of, describe
 from kvscope import catalog
 from kvscope import thresholds as t
@@ -88,18 +88,8 @@ def _members(views: list[View]) -> list[View]:
     """The engines and replicas of one model, without a server's own aggregate view: the series
     kvscope serve writes for a whole instance (arrivals at its gateway, no `engine` label) are
     not a sibling of that instance's engines."""
-    engines_of = {
-        (labels_of(v).get("instance", ""), labels_of(v).get("target", ""), labels_of(v).get("pod", ""))
-        for v in views
-        if labels_of(v).get("engine")
-    }
-    return [
-        v
-        for v in views
-        if labels_of(v).get("engine")
-        or (labels_of(v).get("instance", ""), labels_of(v).get("target", ""), labels_of(v).get("pod", ""))
-        not in engines_of
-    ]
+    engines_of = {server_key(labels_of(v)) for v in views if labels_of(v).get("engine")}
+    return [v for v in views if labels_of(v).get("engine") or server_key(labels_of(v)) not in engines_of]
 
 
 def check(ctx: Context) -> list[Finding]:

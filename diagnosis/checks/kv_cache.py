@@ -38,8 +38,10 @@ def check(ctx: Context) -> list[Finding]:
             return Hit(view, preempt)
         # kvscope serve's KV lanes hold requests at the gateway instead of letting the engine preempt:
         # a full pool with requests waiting there for their class's KV share has run out all the same
-        if full and (value(view, "held_max") or 0) >= 1:
-            return Hit(view, preempt, {"held": value(view, "held_max")})
+        # (the gateway counts them for its whole server: on the server's view, not the engine's)
+        lanes = view if view.get("held_max") else ctx.server_view(view)
+        if full and lanes is not None and (value(lanes, "held_max") or 0) >= 1:
+            return Hit(view, preempt, {"held": lanes})
         return None
 
     def describe(worst: Hit, hits: list[Hit]) -> Parts:
@@ -56,14 +58,15 @@ def check(ctx: Context) -> list[Finding]:
             if growing or (value(view, "waiting_max") or 0) > 0:
                 ev.append(evidence(view, "waiting_max", ctx.limit(t.QUEUE_BACKLOG)))
         rate = worst.score
-        held = worst.facts.get("held")
-        if held is not None:  # the lane held them: long prompts wait, nothing is evicted
+        lanes = worst.facts.get("held")
+        if lanes is not None:  # the lane held them: long prompts wait, nothing is evicted
             return Parts(
                 Severity.WARNING,
                 f"KV cache full on {names(hits)}: usage {value(worst.view, 'kv_usage_max'):.0%}, with up to "
-                f"{held:.0f} requests held at the gateway for their class's KV share ({rate:.2f} preemptions/s): "
-                "long prompts wait for KV and their time to first token follows, the others are unaffected.",
-                [*ev, evidence(worst.view, "held_max", 1)],
+                f"{value(lanes, 'held_max'):.0f} requests held at the gateway for their class's KV share "
+                f"({rate:.2f} preemptions/s): long prompts wait for KV and their time to first token follows, "
+                "the others are unaffected.",
+                [*ev, evidence(lanes, "held_max", 1)],
                 _remediation(worst.view),
             )
         peak = value(worst.view, "kv_usage_max")

@@ -19,9 +19,11 @@ def check(ctx: Context) -> list[Finding]:
         few_preemptions = (value(view, "preemption_rate") or 0) <= ctx.limit(t.PREEMPTION_RATE)
         shape = ctx.shape(view)
         p50, p99 = value(shape, "ttft_p50"), value(shape, "ttft_p99")
-        even = p50 is None or p99 is None or p99 / max(p50, 1e-3) < ctx.limit(t.TTFT_TAIL_RATIO)
-        # long prompts whose prefills stall decode explain the queue: head-of-line, not capacity
-        even = even and not (long_prompt_tail(ctx, view) and decode_stalls(ctx, view))
+        tail = p50 is not None and p99 is not None and p99 / max(p50, 1e-3) >= ctx.limit(t.TTFT_TAIL_RATIO)
+        # long prompts that make the tail or stall decode explain the queue: head-of-line, not
+        # capacity. A tail without long prompts (priority scheduling serving one class first) is
+        # a queue all the same.
+        even = not (long_prompt_tail(ctx, view) and (tail or decode_stalls(ctx, view)))
         # vLLM 0.32 with --max-num-queued-reqs: a capped queue cannot grow; refusals say it is full
         rejecting = (value(view, "rejection_rate") or 0) > 0
         if (((growing or backlog) and slow_queue) or rejecting) and kv_ok and few_preemptions and even:

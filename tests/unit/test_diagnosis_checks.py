@@ -358,6 +358,53 @@ def test_a_full_pool_whose_requests_wait_at_the_gateway_has_run_out_too():
     assert not fires(kv_cache.check, engine={**held, "kv_usage_max": 0.7})  # a lane waiting on a free pool
 
 
+def _server_with_engine(engine: dict, server: dict) -> Measurements:
+    """What kvscope serve writes: its engine's series (an `engine` label) and its gateway's, which
+    count the whole server and carry no `engine` label."""
+    m = measurements(engine=engine)
+    for values in m.values.values():
+        for v in values:
+            if v.labels.get("pod") == ENGINE["pod"]:
+                v.labels["engine"] = "0"
+    for name, v in server.items():
+        m.values[name] = [Value(float(v), dict(ENGINE), f"q:{name}")]
+    return m
+
+
+def test_requests_held_at_the_servers_gateway_count_against_its_engines_full_pool():
+    # the drill's tuned run on a slow CI machine: the pool full, few preemptions (the watermark and
+    # the lanes prevent them), the queue slow, and the lane's held requests on the gateway's series
+    engine = {"kv_usage_max": 0.94, "preemption_rate": 0.04, "waiting_max": 27, "queue_p99": 1.84}
+    m = _server_with_engine(engine, {"held_max": 7})
+    found = one(kv_cache.check, Context.of(m))
+    assert found is not None and "up to 7 requests held at the gateway" in found.summary
+    assert [a.get("engine") for a in found.affected] == ["0"]  # the engine, not the server's view
+    result = diagnose(m, 0, 900, "t")
+    assert result.bottleneck == "kv_cache_exhaustion"
+    quiet = _server_with_engine({**engine, "kv_usage_max": 0.7}, {"held_max": 7})
+    assert not kv_cache.check(Context.of(quiet))  # a lane waiting while the pool has room
+
+
+def test_a_slow_growing_queue_with_an_uneven_tail_and_no_long_prompts_is_saturation():
+    # priority scheduling serves the interactive class first: its TTFT stays low while the rest
+    # wait, so the tail is far above the median without any long prompt to blame
+    uneven = {
+        "waiting_slope": 0.1,
+        "waiting_max": 60,
+        "queue_p99": 4.0,
+        "ttft_p50": 0.2,
+        "ttft_p99": 9.0,
+        "prompt_p50": 300,
+        "prompt_p99": 900,
+    }
+    assert fires(saturation.check, engine=uneven)
+    assert diagnose(measurements(engine=uneven), 0, 900, "t").bottleneck == "capacity_saturation"
+    # with a long-prompt tail it is the prefill check's, not saturation's
+    hol = {**uneven, "prompt_p99": 12000}
+    assert not fires(saturation.check, engine=hol)
+    assert diagnose(measurements(engine=hol), 0, 900, "t").bottleneck == "prefill_head_of_line"
+
+
 def _decode_on(gpu_extra: dict, engine: dict | None = None):
     """Slow decode on an engine whose GPUs kvscope export scraped with it (one scope)."""
     m = measurements(engine={"itl_p99": 0.3, **(engine or {})})
