@@ -19,8 +19,8 @@ quickstart: setup
 ## The whole suite, as CI runs it: unit tests and the integration tests that start no engine on every
 ## core (a module per worker: its Prometheus is set up once), then those with real engines one at a time.
 test: setup
-	$(PY) -m pytest tests/unit tests/gpu tests/integration -m "not integration or no_engine" -n auto --dist loadfile
-	$(PY) -m pytest tests/integration -m "integration and not no_engine"
+	$(PY) -m pytest tests/unit tests/gpu tests/integration -m "not integration or no_engine" -n auto --dist loadfile --durations=15
+	$(PY) -m pytest tests/integration -m "integration and not no_engine" --durations=40
 
 ## Unit tests only, on every core: under a minute, no vLLM engine, no Prometheus (`slow` ones: `make test`).
 test-fast: setup
