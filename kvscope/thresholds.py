@@ -136,6 +136,14 @@ GPU_UTIL_FLOOR = Threshold(
     "Seed 002 GPUUtilLow: below 20 % for 10 minutes the GPU is paid for and idle.",
     for_="10m",
 )
+IDLE_SPARE_MACHINES = Threshold(
+    "idle_spare_machines",
+    1,
+    "count",
+    "Whole machines idle beside busy ones that are warm spares (N+1 redundancy), not a cost finding; "
+    "more are idle capacity, whatever the fleet's size (a count, not a share: busy machines added "
+    "beside them change nothing). Half the fleet's GPUs idle is idle capacity at any size.",
+)
 GPU_UTIL_BUSY = Threshold("gpu_util_busy", 80, "percent", "GPU busy: saturation, not idleness, limits throughput.")
 GPU_MEMORY_FULL = Threshold(
     "gpu_memory_full",

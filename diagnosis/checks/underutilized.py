@@ -33,12 +33,19 @@ def check(ctx: Context) -> list[Finding]:
         return Hit(view, floor - util, {"util": util})
 
     def describe(worst: Hit, hits: list[Hit]) -> Parts | None:
-        if len(hits) < len(ctx.gpus) / 2:
+        # idle capacity: half the fleet's GPUs, or whole machines idle beyond the spares a fleet
+        # keeps (a count, so the verdict holds however many busy machines stand beside them)
+        idle = {id(h.view) for h in hits}
+        machines = {ctx.scope(h.view): h.view for h in hits}
+        whole = [s for s, v in machines.items() if all(id(g) in idle for g in ctx.gpus_with(v))]
+        if len(hits) < len(ctx.gpus) / 2 and len(whole) <= ctx.limit(t.IDLE_SPARE_MACHINES):
             return None
         mean = sum(h.facts["util"] for h in hits) / len(hits)
         return Parts(
             Severity.INFO,
-            f"{len(hits)} of {len(ctx.gpus)} GPUs averaged {mean:.0f} % busy: capacity is paid for and idle.",
+            f"{len(hits)} of {len(ctx.gpus)} GPUs averaged {mean:.0f} % busy"
+            + (f", {len(whole)} machines wholly idle" if len(whole) > 1 else "")
+            + ": capacity is paid for and idle.",
             [_util_evidence(h, floor) for h in hits[:8]],
             [
                 "consolidate: fewer replicas (HPA on queue depth), or share GPUs between small models (MIG)",

@@ -266,6 +266,33 @@ def test_idle_gpus_are_excused_only_by_a_queue_that_can_be_theirs():
     assert not underutilized.check(Context.of(m))
 
 
+def _gpu_fleet(idle_hosts: int, busy_hosts: int, per_host: int = 4) -> Context:
+    """`idle_hosts` machines whose GPUs all sit at 5 % and `busy_hosts` at 70 %, no engine queueing."""
+    m = measurements(engine={"waiting_max": 0})
+    for name in BASE_GPU:
+        m.values[name] = []
+    for h in range(idle_hosts + busy_hosts):
+        host = f"node-{h}"
+        for g in range(per_host):
+            labels = {**GPU, "instance": f"{host}:9400", "Hostname": host, "gpu": str(g), "UUID": f"GPU-{h}-{g}"}
+            for name, v in {**BASE_GPU, "gpu_util_avg": 5 if h < idle_hosts else 70}.items():
+                m.values[name].append(Value(float(v), labels, f"q:{name}"))
+    return Context.of(m)
+
+
+def test_idle_machines_are_found_however_many_busy_ones_stand_beside():
+    # a pool of idle machines is idle capacity whether it is the fleet or 8x busy machines stand
+    # beside it (the metamorphic suite's 8x-healthy-nodes on the library's `idle`); one idle
+    # machine beside busy ones is a warm spare (N+1), not a cost finding
+    for busy in (0, 24, 192):
+        found = underutilized.check(_gpu_fleet(3, busy))
+        assert [f.id for f in found] == ["gpu_underutilized"], busy
+        assert len(found[0].affected) == 12
+    assert not underutilized.check(_gpu_fleet(1, 2))
+    assert not underutilized.check(_gpu_fleet(1, 24))
+    assert underutilized.check(_gpu_fleet(1, 0))  # the whole fleet: no busy machine to spare for
+
+
 def test_a_mig_instance_is_judged_by_its_graphics_activity_alone():
     def mig(gpu: dict) -> Context:
         m = measurements(gpu=gpu, engine={"waiting_max": 0})
