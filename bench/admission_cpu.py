@@ -1,7 +1,7 @@
 """Benchmark: the gateway's CPU per admitted request, after issue 11 (every route guarded,
 strict JSON, bounded fields, prompts rendered by vLLM's own renderer).
 
-    .venv/bin/python -m bench.admission_cpu [--requests 2000]
+    .venv/bin/python -m bench.admission_cpu [--requests 2000] [--prompt-words 1500]
 
 In one process, the real Gateway in front of a stand-in for vLLM's app (it answers 200 at once),
 with the counter `kvscope serve` uses: vLLM's OnlineRenderer on the demo model, no engine. Each
@@ -86,10 +86,10 @@ def _gateway(counter: Any) -> Gateway:
     return gateway
 
 
-def _bodies() -> dict[str, tuple[str, bytes]]:
+def _bodies(words: int) -> dict[str, tuple[str, bytes]]:
     import random
 
-    text = synthetic_text(random.Random(3), 100)  # about 128 tokens
+    text = synthetic_text(random.Random(3), words)  # 100: about 128 tokens
     tools = [{"type": "function", "function": {"name": "search", "description": synthetic_text(random.Random(4), 40)}}]
     user = [{"role": "user", "content": text}]
     bodies = {
@@ -150,9 +150,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--prompt-words", type=int, default=100, help="words of each prompt (100: ~128 tokens)")
     args = parser.parse_args()
     counter = VllmCounter(offline_renderer(str(ensure_demo_model()), kv_cache_memory_bytes=1 << 30))
-    bodies = _bodies()
+    bodies = _bodies(args.prompt_words)
     counted = {name: _count(counter, name, body) for name, (_, body) in bodies.items()}
     rendered, own = _gateway(counter), _gateway(_Precounted(counted))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -56,39 +57,41 @@ def _constant(name: str) -> float:
 
 
 def parse_json(raw: bytes, max_depth: int) -> Any:
-    """Strict JSON; Rejection(400) saying what is wrong."""
+    """Strict JSON; Rejection(400) saying what is wrong. Its cost is the C parser's plus a scan
+    that grows with the body's strings and brackets, not its characters: a 2K-token prompt is
+    one string (docs/benchmarks.md, "Admission CPU per request")."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise Rejection(400, "invalid_json", f"the request body is not UTF-8 ({exc.reason})") from None
-    if _too_deep(text, max_depth):
+    if too_deep(text, max_depth):
         raise Rejection(400, "invalid_json", f"the request body nests deeper than {max_depth} levels")
     try:
         body = json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
     except (json.JSONDecodeError, ValueError, RecursionError) as exc:
         raise Rejection(400, "invalid_json", f"the request body is not valid JSON: {exc}") from None
-    _check_strings(body)
+    # valid UTF-8 holds no surrogate: a lone one can only come from a \u escape
+    if "\\u" in text:
+        _check_strings(body)
     return body
 
 
-def _too_deep(text: str, limit: int) -> bool:
+# a JSON string (escapes included) or one bracket: the scan steps over strings in C
+_STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
+
+
+def too_deep(text: str, limit: int) -> bool:
     """Brackets nested past `limit` (outside strings), found before the parser recurses."""
-    depth, in_string, escaped = 0, False, False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
+    if text.count("[") + text.count("{") <= limit:  # the common body: too few brackets anywhere
+        return False
+    depth = 0
+    for match in _STRING_OR_BRACKET.finditer(text):
+        ch = match.group()
+        if ch in ("[", "{"):
             depth += 1
             if depth > limit:
                 return True
-        elif ch in "]}":
+        elif ch in ("]", "}"):
             depth -= 1
     return False
 

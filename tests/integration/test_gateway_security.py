@@ -77,7 +77,15 @@ def test_invocations_needs_a_key_and_is_clamped_like_completions(kvscope):
 )
 def test_responses_messages_and_batch_take_the_tiers_limits(kvscope, path, body):
     assert _post(kvscope, path, body, key=None).status_code == 401
-    response = _post(kvscope, path, body, key=TINY)  # tier tight: 600 tokens a request at most
+
+    def past_the_quota() -> httpx.Response | None:
+        # tier tight: 600 tokens a request at most; the tenant's per-minute budget is shared with
+        # the other modules' tests on this server, so a 429 for it means "not yet", not an answer
+        response = _post(kvscope, path, body, key=TINY)
+        quota = response.status_code == 429 and response.json()["error"]["code"] == "quota_exhausted"
+        return None if quota else response
+
+    response = eventually(past_the_quota, timeout=90, interval=1, what="under tenant tiny's minute budget")
     assert response.status_code in (200, 413), response.text
     if response.status_code == 413:
         assert response.json()["error"]["code"] == "request_too_large"
