@@ -141,7 +141,7 @@ def comparison_rows(runs: Sequence[ProfileRun]) -> list[list[str]]:
     metrics: list[tuple[str, str, Any]] = [
         ("short-request p99 TTFT (after the change)", "s", lambda r: r.short_p99_ttft_s),
         ("short-request p50 TTFT (after the change)", "s", lambda r: r.short_p50_ttft_s),
-        ("medium/long-request p99 TTFT (after the change)", "s", lambda r: r.long_p99_ttft_s),
+        ("medium and long request p99 TTFT (after the change)", "s", lambda r: r.long_p99_ttft_s),
         ("preemptions", "n", lambda r: r.preemptions),
         ("peak KV-cache usage", "%", lambda r: r.peak_kv_usage),
         ("queue time p99", "s", lambda r: r.queue_p99_s),

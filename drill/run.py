@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from rich import box
 from rich.console import Console, Group
 from rich.live import Live
 from rich.progress_bar import ProgressBar
@@ -464,12 +465,23 @@ def _diagnose(
     return to_dict(result), render_markdown(result)
 
 
-def _print_table(console: Console, runs: Sequence[ProfileRun]) -> None:
+def print_table(console: Console, runs: Sequence[ProfileRun]) -> None:
+    """The before/after table laid out for an 80-column terminal: values whole on one line,
+    labels wrapped at their spaces, the alerts counted (listed in full after the table)."""
     rows = comparison_rows(runs)
-    table = Table(title="before / after" if len(runs) == 2 else "measured", title_justify="left")
+    table = Table(
+        title="before / after" if len(runs) == 2 else "measured",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+    )
     for i, name in enumerate(rows[0]):
-        table.add_column(name or "", justify="left" if i == 0 else "right", overflow="fold")
+        # the labels wrap at their spaces; the values and the ratio's header stay whole
+        table.add_column(name or "", justify="left" if i == 0 else "right", no_wrap=i > 0)
     for row in rows[1:]:
+        if row[0] == "alerts fired":
+            row = [row[0], *(str(len(r.alerts_fired)) for r in runs), *row[len(runs) + 1 :]]
         table.add_row(*row)
     console.print(table)
 
@@ -565,7 +577,7 @@ def _conclude(
         calibration=calibration,
     )
     console.rule("result")
-    _print_table(console, runs)
+    print_table(console, runs)
     for r in runs:
         fired = ", ".join(f"{name} ({after:+.0f} s)" for name, after in r.alerts_fired.items()) or "none"
         console.print(f"alerts fired on {r.profile} (seconds after the change): {fired}", highlight=False)

@@ -179,6 +179,25 @@ def test_the_before_after_table_compares_the_profiles():
     assert table["diagnosis"][:2] == ["kv_cache_exhaustion", "kv_cache_exhaustion"]
 
 
+def test_the_terminal_table_fits_80_columns_without_breaking_a_word():
+    import io
+
+    from rich.console import Console
+
+    from drill.run import print_table
+
+    alerts = {"VLLMPreemptionsHigh": 25, "VLLMQueueTimeHigh": 25, "SLOTtftBurnRatePage": 31}
+    out = io.StringIO()
+    print_table(Console(file=out, width=80), [_run("default", 5.67, 118, alerts), _run("tuned", 0.93, 19, {})])
+    text = out.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    words = {w for line in text.splitlines() for w in line.replace("│", " ").split()}
+    # every label word and value whole on its line (the alerts are listed in full below the table)
+    for word in ("short-request", "KV-cache", "kv_cache_exhaustion", "preemptions", "0.16x", "tuned / default"):
+        assert all(part in words for part in word.split()), (word, text)
+    assert "VLLMPreemptionsHigh" not in text
+
+
 def test_the_report_has_a_summary_results_and_readable_plots(tmp_path):
     runs = [_run("default", 4.0, 29, {"VLLMKVCacheExhausted": 12}), _run("tuned", 0.4, 8, {})]
     folder = ReportDir(tmp_path)
