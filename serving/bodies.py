@@ -76,8 +76,10 @@ def parse_json(raw: bytes, max_depth: int) -> Any:
     return body
 
 
-# a JSON string (escapes included) or one bracket: the scan steps over strings in C
-_STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
+# a JSON string (escapes included) or one bracket: the scan steps over strings in C. A string
+# left open runs to the end of the text (a trailing backslash included), so every match that
+# starts at a quote succeeds and each character is read once: linear on any body, hostile ones too
+_STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\(?:.|\Z)[^"\\]*)*(?:"|\Z)|[\[\]{}]', re.DOTALL)
 
 
 def too_deep(text: str, limit: int) -> bool:

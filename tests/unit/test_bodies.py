@@ -49,6 +49,24 @@ def test_the_scan_agrees_with_reading_one_character_at_a_time(value, limit):
     assert too_deep(text, limit) == _depth_exceeds(text, limit)
 
 
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(alphabet='[]{}"\\a', max_size=60), limit=st.integers(0, 4))
+def test_the_scan_agrees_on_text_that_is_not_json(text, limit):
+    # strings left open, stray quotes and a trailing backslash: read as the reference reads them
+    assert too_deep(text, limit) == _depth_exceeds(text, limit)
+
+
+@pytest.mark.timeout(60)  # a linear scan takes milliseconds; a quadratic one, hours
+def test_a_hostile_body_is_scanned_once():
+    # more brackets than the limit, then a string left open and full of escaped quotes: a scan
+    # that retried from each quote would read the rest of 800 KB again 200,000 times
+    hostile = "{" * 70 + '"\\' * 200_000 + "]" * 10
+    assert too_deep(hostile, 64) == _depth_exceeds(hostile, 64) is True
+    with pytest.raises(Rejection) as refused:
+        parse_json(hostile.encode(), 64)
+    assert refused.value.status == 400
+
+
 def test_brackets_inside_strings_do_not_nest():
     text = json.dumps({"prompt": "[" * 500 + "{" * 500, "messages": [{"content": '\\"[[[['}]})
     assert not too_deep(text, 8)
