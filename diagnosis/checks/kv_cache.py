@@ -41,7 +41,7 @@ def check(ctx: Context) -> list[Finding]:
         # (the gateway counts them for its whole server: on the server's view, not the engine's)
         lanes = view if view.get("held_max") else ctx.server_view(view)
         if full and lanes is not None and (value(lanes, "held_max") or 0) >= 1:
-            return Hit(view, preempt, {"held": lanes})
+            return Hit(view, preempt, {"lanes": lanes})
         return None
 
     def describe(worst: Hit, hits: list[Hit]) -> Parts:
@@ -58,7 +58,7 @@ def check(ctx: Context) -> list[Finding]:
             if growing or (value(view, "waiting_max") or 0) > 0:
                 ev.append(evidence(view, "waiting_max", ctx.limit(t.QUEUE_BACKLOG)))
         rate = worst.score
-        lanes = worst.facts.get("held")
+        lanes = worst.facts.get("lanes")
         if lanes is not None:  # the lane held them: long prompts wait, nothing is evicted
             return Parts(
                 Severity.WARNING,
