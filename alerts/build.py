@@ -3,6 +3,7 @@ resource, plus promtool unit tests for every alert, all from the effective confi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,15 @@ def slo_rules(config: Config) -> tuple[dict[str, Any], list[d.Alert]]:
     for slo in d.slos(config):
         for window, signal in catalog.SLO_ERROR_RATIO.items():
             records.append({"record": signal.name, "expr": str(slo.bad_ratio(window)), "labels": {"slo": slo.name}})
+        if config.slo.min_bad_events:  # the events behind each alert's long window
+            for window in dict.fromkeys(w.long for w in config.slo.windows):
+                records.append(
+                    {
+                        "record": catalog.SLO_EVENTS[window].name,
+                        "expr": str(slo.events(window)),
+                        "labels": {"slo": slo.name},
+                    }
+                )
         records.append(
             {"record": catalog.SLO_OBJECTIVE.name, "expr": str(vector(slo.objective)), "labels": {"slo": slo.name}}
         )
@@ -120,6 +130,9 @@ def _burn_alerts(config: Config, slo: d.Slo, fx: d.Fixtures) -> list[d.Alert]:
         expr = None
         for long, short, factor in pairs:
             both = ratio(long).gt(factor * budget).and_(ratio(short).gt(factor * budget))
+            if config.slo.min_bad_events:  # a ratio of a few events is noise (config.Slo)
+                events = metric(catalog.SLO_EVENTS[long], Selector.of(slo=slo.name))
+                both = both.and_(events.ge(_min_events(config, factor * budget)))
             expr = both if expr is None else expr.or_(both)
         assert expr is not None
         name = f"SLO{slo.name.capitalize()}BurnRate{kind}"
@@ -136,6 +149,7 @@ def _burn_alerts(config: Config, slo: d.Slo, fx: d.Fixtures) -> list[d.Alert]:
                 f"{'/'.join(f'{p[2]:g}' for p in pairs)}x or more ({windows}).",
                 fires=_burn_case(slo, fx, pairs[0], max(p[2] for p in pairs), fires=True),
                 silent=_burn_case(slo, fx, pairs[0], min(p[2] for p in pairs), fires=False),
+                more=(_few_events_case(config, slo, fx, pairs),) if config.slo.min_bad_events else (),
                 diagnose_scope="namespace",
                 group="kvscope-slo",
                 explained_by=d.LATENCY,
@@ -168,6 +182,33 @@ def _burn_case(slo: d.Slo, fx: d.Fixtures, pair: tuple[str, str, float], factor:
     if fires:
         return d.Case(series, at_text, labels, round(bad_share, 6), interval=interval)
     return d.Case(series, at_text, interval=interval)
+
+
+def _min_events(config: Config, line: float) -> float:
+    """The events a long window needs before a burn-rate line (a bad ratio) counts."""
+    return round(config.slo.min_bad_events / line, 6)
+
+
+def _few_events_case(config: Config, slo: d.Slo, fx: d.Fixtures, pairs: Sequence[tuple[str, str, float]]) -> d.Case:
+    """Every event bad, steadily, but too few of them in any pair's long window: no alert."""
+    budget = 1 - slo.objective
+    per_second = min(_min_events(config, f * budget) / parse_duration(long) for long, _, f in pairs) / 2
+    long_seconds = parse_duration(pairs[0][0])
+    step = 600 if long_seconds > 6 * 3600 else 60
+    at = long_seconds + 20 * step
+    points = int(at // step) + 10
+    total, none = f"0+{per_second * step:.12g}x{points}", f"0+0x{points}"
+    if slo.histogram is not None and slo.bound is not None:
+        series = {
+            fx.engine(slo.histogram, "_bucket", le=repr(float(slo.bound))): none,
+            fx.engine(slo.histogram, "_count"): total,
+        }
+    else:
+        series = {
+            fx.engine(catalog.VLLM_REQUEST_SUCCESS, finished_reason="length"): none,
+            fx.engine(catalog.VLLM_REQUEST_SUCCESS, finished_reason="error"): total,
+        }
+    return d.Case(series, format_duration(at), interval=format_duration(step))
 
 
 def build_rules(

@@ -91,7 +91,7 @@ class Alert:
     for_: str = "0m"
     diagnose_scope: str = "namespace"  # label the diagnose command narrows to ("" = none)
     group: str = "kvscope-engine"
-    more: tuple[Case, ...] = ()  # further cases that must fire (e.g. an XID the catalog lacks)
+    more: tuple[Case, ...] = ()  # further cases: fire (value set) or stay silent (value None)
     # the diagnosis incidents that account for the alert (annotation `explained_by`, read
     # back by `kvscope diagnose` from Prometheus' rules API); () = about the monitoring itself
     explained_by: tuple[str, ...] = ()
@@ -877,6 +877,7 @@ class Slo:
     objective: float
     good: Callable[[str], Expr]  # good events per second over a window
     total: Callable[[str], Expr]  # all events per second over a window
+    events: Callable[[str], Expr]  # all events over a window (increase: a drill's clock scales it)
     description: str
     histogram: c.Signal | None = None  # the histogram whose bucket `bound` separates good from bad
     bound: float | None = None
@@ -895,6 +896,9 @@ def slos(config: Config) -> list[Slo]:
     def rate_of(selector: Selector, signal: c.Signal, suffix: str = "") -> Callable[[str], Expr]:
         return lambda window: metric(signal, selector, suffix).rate(window).sum(SLO_BY)
 
+    def count_of(selector: Selector, signal: c.Signal, suffix: str = "") -> Callable[[str], Expr]:
+        return lambda window: metric(signal, selector, suffix).increase(window).sum(SLO_BY)
+
     def within(signal: c.Signal, bound: float) -> Callable[[str], Expr]:
         return rate_of(Selector((*sel.matchers, le(bound))), signal, "_bucket")
 
@@ -905,6 +909,7 @@ def slos(config: Config) -> list[Slo]:
             slo.ttft.objective,
             within(c.VLLM_TTFT, slo.ttft.seconds),
             rate_of(sel, c.VLLM_TTFT, "_count"),
+            count_of(sel, c.VLLM_TTFT, "_count"),
             f"{slo.ttft.objective:.2%} of requests get their first token within {slo.ttft.seconds:g} s",
             c.VLLM_TTFT,
             slo.ttft.seconds,
@@ -914,6 +919,7 @@ def slos(config: Config) -> list[Slo]:
             slo.itl.objective,
             within(c.VLLM_ITL, slo.itl.seconds),
             rate_of(sel, c.VLLM_ITL, "_count"),
+            count_of(sel, c.VLLM_ITL, "_count"),
             f"{slo.itl.objective:.2%} of output tokens follow the previous one within {slo.itl.seconds:g} s",
             c.VLLM_ITL,
             slo.itl.seconds,
@@ -923,6 +929,7 @@ def slos(config: Config) -> list[Slo]:
             slo.errors.objective,
             rate_of(ok, c.VLLM_REQUEST_SUCCESS),
             rate_of(sel, c.VLLM_REQUEST_SUCCESS),
+            count_of(sel, c.VLLM_REQUEST_SUCCESS),
             f"{slo.errors.objective:.2%} of requests finish without abort or error",
         ),
     ]

@@ -179,6 +179,8 @@ SLO_GUIDE = (
     (
         "Which objective (the slo label) and which model? The burn rate over the windows.",
         "The overview dashboard: TTFT quantiles, error ratio by finish reason.",
+        "Quiet on a model with little traffic? A pair counts once its long window holds slo.min_bad_events "
+        "bad events at its line (slo:sli_events:increase<window>): a ratio of a few events is noise.",
     ),
     ("Page: find the cause now (kvscope diagnose); Ticket: the budget will run out within the period at this rate.",),
 )

@@ -1449,6 +1449,18 @@ SLO_ERROR_RATIO = {
     )
     for w in SLO_WINDOWS
 }
+SLO_EVENTS = {
+    w: Signal(
+        f"slo:sli_events:increase{w}",
+        G,
+        "count",
+        f"SLO events (requests, or output tokens for ITL) counted over {w}, per SLO: a burn-rate "
+        "alert needs enough of them in its long window for its ratio to mean anything.",
+        Source.RULE,
+        ("slo", "namespace", "model_name"),
+    )
+    for w in SLO_WINDOWS
+}
 SLO_OBJECTIVE = Signal(
     "slo:objective:ratio", G, "ratio", "The SLO's objective (0.99 = 99 % good).", Source.RULE, ("slo",)
 )

@@ -216,6 +216,8 @@ def _config_keys() -> list[str]:
         + " | burn-rate pairs (Google SRE workbook); windows from "
         + ", ".join(catalog.SLO_WINDOWS)
         + " |",
+        f"| `slo.min_bad_events` | {slo.min_bad_events:g} | a burn-rate pair counts once its long window holds "
+        "enough events for this many bad ones at its line (a ratio of a few events is noise; 0: no guard) |",
         "| `selectors.engine`, `selectors.gpu` | none | label matchers added to every engine / GPU query of the "
         f"alerts, dashboards and diagnosis, e.g. `'{Selector.of(job='vllm')}'` |",
         f"| `gpu_models.<model>.<field>` | {', '.join(MODELS)} | datasheet overrides, or a new model: its NVML "

@@ -59,6 +59,8 @@ def test_a_threshold_takes_a_value_or_a_value_and_a_for(tmp_path):
         ("selectors: {gpu_host_label: HOSTNAME}", "gpu_host_label"),
         ("slo: {errors: {objective: 1}}", "slo.errors.objective"),
         ("slo: {windows: [{severity: critical, long: 2d, short: 5m, factor: 2}]}", "recorded windows"),
+        ("slo: {min_bad_events: -1}", "slo.min_bad_events"),
+        ("slo: {min_bad_events: .nan}", "slo.min_bad_events"),
         ("selectors: {engine: 'namespace=prod'}", "quoted"),
         ("gpu_models: {B300: {tdp_w: 1100}}", "a new model needs its NVML device name"),
         ("tiers: {gold: {}}", "put it under 'gateway:'"),
@@ -130,3 +132,20 @@ def test_a_fleet_with_custom_buckets_may_set_any_slo_bound_and_names_its_host_la
     loaded = config.load(write(tmp_path, text))
     assert loaded.slo.ttft.seconds == 3 and loaded.gpu_host_label == "Hostname"
     assert config.Config().gpu_host_label == "hostname"  # dcgm-exporter's current spelling
+
+
+def test_the_burn_rate_guard_on_few_events_follows_the_config(tmp_path):
+    from alerts import build
+
+    def ticket(cfg: config.Config) -> str:
+        rules, _ = build.build_rules(cfg)
+        return next(r["expr"] for g in rules["groups"] for r in g["rules"] if r.get("alert") == "SLOItlBurnRateTicket")
+
+    assert 'slo:sli_events:increase3d{slo="itl"} >= 2000' in ticket(config.load(None, environ={}))
+    assert 'slo:sli_events:increase3d{slo="itl"} >= 5000' in ticket(
+        config.load(write(tmp_path, "slo: {min_bad_events: 50}"))
+    )
+    unguarded = config.load(write(tmp_path, "slo: {min_bad_events: 0}"))
+    assert "sli_events" not in ticket(unguarded)
+    rules, _ = build.build_rules(unguarded)
+    assert not [r for g in rules["groups"] for r in g["rules"] if "sli_events" in r.get("record", "")]

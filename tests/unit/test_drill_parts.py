@@ -347,3 +347,48 @@ def test_a_combined_drill_passes_only_when_every_fault_is_named_on_its_gpu():
     assert len(unmet(combined, run_with(past, alerts))) == 1
     quiet = unmet(combined, run_with(good, {"GPUTemperatureHigh": "0", "GPUPCIeLinkDegraded": "0"}))
     assert quiet == ["none of GPUPCIeLinkDegraded fired for GPU 1 (pcie-degraded)"]
+
+
+def test_a_drills_first_slow_tokens_do_not_open_an_slo_ticket_but_a_steady_burn_does(tmp_path):
+    # a half-speed CI run: the compressed ticket reads the whole run so far, and in its first 20 s
+    # 8 of 700 output tokens (1.2 %) came late: a ratio of a few events. Past 2,000 tokens (the
+    # 1 % line's slo.min_bad_events) the same share is a burn and the ticket opens.
+    from alerts import definitions as d
+    from kvscope import catalog
+    from kvscope.config import Config
+
+    fast = rules.compress(build.build_rules()[0], 20, scrape_interval=2)
+    path = tmp_path / "drill.yaml"
+    path.write_text(yaml.safe_dump(fast, sort_keys=False, width=1000))
+    ticket = next(r for g in fast["groups"] for r in g["rules"] if r.get("alert") == "SLOItlBurnRateTicket")
+    fx = d.Fixtures(Config())
+    per_step = 70  # output tokens per 2 s scrape
+    test = {
+        "rule_files": [str(path)],
+        "evaluation_interval": "2s",
+        "tests": [
+            {
+                "interval": "2s",
+                "input_series": [
+                    {"series": fx.engine(catalog.VLLM_ITL, "_count"), "values": f"0+{per_step}x100"},
+                    {
+                        "series": fx.engine(catalog.VLLM_ITL, "_bucket", le="0.2"),
+                        "values": f"0+{per_step * 0.988:g}x100",
+                    },
+                ],
+                "promql_expr_test": [
+                    {"expr": f"count({ticket['expr']})", "eval_time": "20s", "exp_samples": []},
+                    {
+                        "expr": f"count({ticket['expr']})",
+                        "eval_time": "80s",
+                        "exp_samples": [{"labels": "{}", "value": 1}],
+                    },
+                ],
+            }
+        ],
+    }
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(test, sort_keys=False, width=1000))
+    result = subprocess.run(
+        [binary("promtool"), "test", "rules", str(tmp_path / "t.yaml")], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
