@@ -134,6 +134,26 @@ def _text_bytes(value: Any) -> int:
     return total
 
 
+class _Answer:
+    """Whether a response has begun on this connection (a crash after it cannot send a 500)."""
+
+    __slots__ = ("started",)
+
+    def __init__(self) -> None:
+        self.started = False
+
+    def watching(self, send: Send) -> Send:
+        async def watched(message: Message) -> None:
+            self.started = self.started or message["type"] in (
+                "http.response.start",
+                "websocket.accept",
+                "websocket.close",
+            )
+            await send(message)
+
+        return watched
+
+
 @dataclass
 class _Exchange:
     """One admitted request on its way through the engine."""
@@ -314,21 +334,17 @@ class Gateway:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             return await self.app(scope, receive, send)  # lifespan
-        started = False
-
-        async def tracked(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] in ("http.response.start", "websocket.accept", "websocket.close")
-            await send(message)
-
+        answer = _Answer()
         try:
-            await self._dispatch(scope, receive, tracked)
+            await self._dispatch(scope, receive, send, answer)
         except Exception:
             log.exception("the gateway failed on %s %s", scope.get("method", "WS"), scope.get("path"))
-            if not started and scope["type"] == "http":
+            if not answer.started and scope["type"] == "http":
                 await send_json(send, 500, error_body(500, "internal error in the gateway; the request was not run"))
 
-    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _dispatch(self, scope: Scope, receive: Receive, raw_send: Send, answer: _Answer) -> None:
+        # an admitted request's stream is watched by _forward's own wrapper (one per chunk, not two)
+        send = answer.watching(raw_send)
         path = self.route_path(scope)
         method = "WS" if scope["type"] == "websocket" else str(scope.get("method", ""))
         route = routes.classify(method, path)
@@ -360,7 +376,7 @@ class Gateway:
             self.metrics.rejections.labels(rejection.reason, _UNKNOWN_TENANT).inc()
             return await self._refuse(scope, receive, send, rejection)
         assert route.shape is not None
-        return await self._admitted(scope, receive, send, route.shape)
+        return await self._admitted(scope, receive, raw_send, answer, route.shape)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, rejection: Rejection) -> None:
         if scope["type"] == "websocket":
@@ -397,7 +413,7 @@ class Gateway:
             raise Rejection(401, "unauthorized", message)
         return found
 
-    async def _admitted(self, scope: Scope, receive: Receive, send: Send, shape: Shape) -> None:
+    async def _admitted(self, scope: Scope, receive: Receive, send: Send, answer: _Answer, shape: Shape) -> None:
         arrived = time.perf_counter()
         tenant = _UNKNOWN_TENANT
         try:
@@ -420,11 +436,12 @@ class Gateway:
                 reservation = await self.shared.reserve(tenant, tier, admission.reserved_tokens)
         except Rejection as rejection:
             self.metrics.rejections.labels(rejection.reason, tenant).inc()
-            return await send_json(send, rejection.status, rejection.body(), rejection.headers)
+            return await send_json(answer.watching(send), rejection.status, rejection.body(), rejection.headers)
         await self._forward(
             scope,
             receive,
             send,
+            answer,
             tenant,
             tier,
             admission,
@@ -486,6 +503,7 @@ class Gateway:
         scope: Scope,
         receive: Receive,
         send: Send,
+        answer: _Answer,
         tenant: str,
         tier: str,
         admission: Admission,
@@ -545,6 +563,7 @@ class Gateway:
         async def send_tracked(message: Message) -> None:
             if message["type"] == "http.response.start":
                 exchange.started, exchange.status = True, message["status"]
+                answer.started = True
                 extra = [
                     (b"x-request-id", request_id.encode()),
                     *timing_headers(arrived, admitted, exchange.entered_at, time.perf_counter()),
@@ -593,7 +612,7 @@ class Gateway:
                 exchange.entered, exchange.entered_at = True, time.perf_counter()
                 await self.app(forwarded, receive_body, send_tracked)
         except TimeoutError:
-            await self._deadline_passed(exchange, send)
+            await self._deadline_passed(exchange, answer.watching(send))
         except ClientGoneError:
             exchange.status = 499  # nginx's "client closed request": nothing to send
             self.metrics.rejections.labels("client_disconnected", tenant).inc()

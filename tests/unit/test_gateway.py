@@ -366,6 +366,22 @@ def _stream_once(engine: Any) -> tuple[Gateway, list[dict[str, Any]]]:
     return gateway, sent
 
 
+def test_a_failure_after_the_answer_began_sends_no_second_answer():
+    class Failing(_Streamer):
+        async def __call__(self, scope, receive, send) -> None:
+            await receive()
+            await send(
+                {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]}
+            )
+            await send(
+                {"type": "http.response.body", "body": b'data: {"choices":[{"text":"a"}]}\n\n', "more_body": True}
+            )
+            raise RuntimeError("the engine died mid-stream")
+
+    _, sent = _stream_once(Failing(1))
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]  # no 500 after a 200
+
+
 def _charged(gateway: Gateway, kind: str) -> float:
     return (
         gateway.metrics.registry.get_sample_value("kvscope_gateway_tokens_total", {"tenant": "acme", "kind": kind})
