@@ -160,28 +160,13 @@ def _burn_alerts(config: Config, slo: d.Slo, fx: d.Fixtures) -> list[d.Alert]:
 
 def _burn_case(slo: d.Slo, fx: d.Fixtures, pair: tuple[str, str, float], factor: float, fires: bool) -> d.Case:
     """Input counters with a bad share of 1.5x `factor` x the budget (fires), or 0.9x (silent)."""
-    long_seconds = parse_duration(pair[0])
-    step = 600 if long_seconds > 6 * 3600 else 60
-    at = long_seconds + 20 * step
-    points = int(at // step) + 10
     threshold = (1 - slo.objective) * factor  # < 1: kvscope.yaml refuses objectives that cannot fire
     bad_share = min(1.5 * threshold, (1 + threshold) / 2) if fires else 0.9 * threshold
-    good, total = f"0+{100 * (1 - bad_share):.12g}x{points}", f"0+100x{points}"
-    if slo.histogram is not None and slo.bound is not None:
-        series = {
-            fx.engine(slo.histogram, "_bucket", le=repr(float(slo.bound))): good,
-            fx.engine(slo.histogram, "_count"): total,
-        }
-    else:
-        series = {
-            fx.engine(catalog.VLLM_REQUEST_SUCCESS, finished_reason="length"): good,
-            fx.engine(catalog.VLLM_REQUEST_SUCCESS, finished_reason="error"): f"0+{100 * bad_share:.12g}x{points}",
-        }
+    series, at, interval = _slo_inputs(slo, fx, pair[0], 100 * (1 - bad_share), 100 * bad_share)
     labels = {**{k: v for k, v in fx.engine_labels.items() if k in d.SLO_BY}, "slo": slo.name}
-    at_text, interval = format_duration(at), format_duration(step)
     if fires:
-        return d.Case(series, at_text, labels, round(bad_share, 6), interval=interval)
-    return d.Case(series, at_text, interval=interval)
+        return d.Case(series, at, labels, round(bad_share, 6), interval=interval)
+    return d.Case(series, at, interval=interval)
 
 
 def _min_events(config: Config, line: float) -> float:
@@ -193,22 +178,36 @@ def _few_events_case(config: Config, slo: d.Slo, fx: d.Fixtures, pairs: Sequence
     """Every event bad, steadily, but too few of them in any pair's long window: no alert."""
     budget = 1 - slo.objective
     per_second = min(_min_events(config, f * budget) / parse_duration(long) for long, _, f in pairs) / 2
-    long_seconds = parse_duration(pairs[0][0])
-    step = 600 if long_seconds > 6 * 3600 else 60
-    at = long_seconds + 20 * step
+    step = _slo_step(pairs[0][0])
+    series, at, interval = _slo_inputs(slo, fx, pairs[0][0], 0.0, per_second * step)
+    return d.Case(series, at, interval=interval)
+
+
+def _slo_step(long: str) -> int:
+    return 600 if parse_duration(long) > 6 * 3600 else 60
+
+
+def _slo_inputs(slo: d.Slo, fx: d.Fixtures, long: str, good: float, bad: float) -> tuple[dict[str, str], str, str]:
+    """An SLO's counters growing by `good` and `bad` events a step, over its `long` window and 20
+    steps more: (series, when to check, the step)."""
+    step = _slo_step(long)
+    at = parse_duration(long) + 20 * step
     points = int(at // step) + 10
-    total, none = f"0+{per_second * step:.12g}x{points}", f"0+0x{points}"
+
+    def counter(per_step: float) -> str:
+        return f"0+{per_step:.12g}x{points}"
+
     if slo.histogram is not None and slo.bound is not None:
         series = {
-            fx.engine(slo.histogram, "_bucket", le=repr(float(slo.bound))): none,
-            fx.engine(slo.histogram, "_count"): total,
+            fx.engine(slo.histogram, "_bucket", le=repr(float(slo.bound))): counter(good),
+            fx.engine(slo.histogram, "_count"): counter(good + bad),
         }
     else:
         series = {
-            fx.engine(catalog.VLLM_REQUEST_SUCCESS, finished_reason="length"): none,
-            fx.engine(catalog.VLLM_REQUEST_SUCCESS, finished_reason="error"): total,
+            fx.engine(catalog.VLLM_REQUEST_SUCCESS, finished_reason="length"): counter(good),
+            fx.engine(catalog.VLLM_REQUEST_SUCCESS, finished_reason="error"): counter(bad),
         }
-    return d.Case(series, format_duration(at), interval=format_duration(step))
+    return series, format_duration(at), format_duration(step)
 
 
 def build_rules(
