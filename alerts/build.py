@@ -16,7 +16,7 @@ from alerts.templates import render
 from kvscope import catalog
 from kvscope.config import Config
 from kvscope.durations import format_duration, parse_duration
-from kvscope.promql import Selector, metric, vector
+from kvscope.promql import Expr, Selector, metric, vector
 
 ALERTS_DIR = Path(__file__).resolve().parent
 RULES_FILE = "kvscope-rules.yaml"
@@ -62,14 +62,29 @@ def _rule(alert: d.Alert, runbook_base: str) -> dict[str, Any]:
     return rule
 
 
-def slo_rules(config: Config) -> tuple[dict[str, Any], list[d.Alert]]:
-    """The recording rules (one per window and SLO) and the burn-rate alerts."""
+# The coverage records read days of samples and move slowly: a group of their own, evaluated less
+# often than the ratios (a ticket reads them up to this old), so they add little to a rule cycle.
+COVERAGE_INTERVAL = "2m"
+
+
+def slo_rules(config: Config) -> tuple[list[dict[str, Any]], list[d.Alert]]:
+    """The recording rule groups (one rule per window and SLO) and the burn-rate alerts."""
     records: list[dict[str, Any]] = []
+    coverage: list[dict[str, Any]] = []
     alerts: list[d.Alert] = []
     fx = d.Fixtures(config)
     for slo in d.slos(config):
         for window, signal in catalog.SLO_ERROR_RATIO.items():
             records.append({"record": signal.name, "expr": str(slo.bad_ratio(window)), "labels": {"slo": slo.name}})
+        tickets = {w.long: w.short for w in reversed(config.slo.windows) if w.severity == "warning"}
+        for window, short in tickets.items():
+            coverage.append(
+                {
+                    "record": catalog.SLO_COVERAGE[window].name,
+                    "expr": str(_coverage(slo, window, short)),
+                    "labels": {"slo": slo.name},
+                }
+            )
         if config.slo.min_bad_events:  # the events behind each alert's long window
             for window in dict.fromkeys(w.long for w in config.slo.windows):
                 records.append(
@@ -89,7 +104,11 @@ def slo_rules(config: Config) -> tuple[dict[str, Any], list[d.Alert]]:
         alerts += _burn_alerts(config, slo, fx)
         if slo.histogram is not None and slo.bound is not None:
             alerts.append(_bound_alert(config, slo, fx))
-    return {"name": "kvscope-slo-recording", "rules": records}, alerts
+    groups = [
+        {"name": "kvscope-slo-recording", "rules": records},
+        {"name": "kvscope-slo-coverage", "interval": COVERAGE_INTERVAL, "rules": coverage},
+    ]
+    return groups, alerts
 
 
 def _bound_alert(config: Config, slo: d.Slo, fx: d.Fixtures) -> d.Alert:
@@ -130,6 +149,9 @@ def _burn_alerts(config: Config, slo: d.Slo, fx: d.Fixtures) -> list[d.Alert]:
         expr = None
         for long, short, factor in pairs:
             both = ratio(long).gt(factor * budget).and_(ratio(short).gt(factor * budget))
+            if severity == "warning":  # the period's budget, judged on what fills the window
+                covered = metric(catalog.SLO_COVERAGE[long], Selector.of(slo=slo.name))
+                both = both.and_((ratio(long) * covered).gt(factor * budget))
             if config.slo.min_bad_events:  # a ratio of a few events is noise (config.Slo)
                 events = metric(catalog.SLO_EVENTS[long], Selector.of(slo=slo.name))
                 both = both.and_(events.ge(_min_events(config, factor * budget)))
@@ -149,7 +171,10 @@ def _burn_alerts(config: Config, slo: d.Slo, fx: d.Fixtures) -> list[d.Alert]:
                 f"{'/'.join(f'{p[2]:g}' for p in pairs)}x or more ({windows}).",
                 fires=_burn_case(slo, fx, pairs[0], max(p[2] for p in pairs), fires=True),
                 silent=_burn_case(slo, fx, pairs[0], min(p[2] for p in pairs), fires=False),
-                more=(_few_events_case(config, slo, fx, pairs),) if config.slo.min_bad_events else (),
+                more=(
+                    *((_few_events_case(config, slo, fx, pairs),) if config.slo.min_bad_events else ()),
+                    *((_young_case(slo, fx, pairs),) if severity == "warning" else ()),
+                ),
                 diagnose_scope="namespace",
                 group="kvscope-slo",
                 explained_by=d.LATENCY,
@@ -169,6 +194,21 @@ def _burn_case(slo: d.Slo, fx: d.Fixtures, pair: tuple[str, str, float], factor:
     return d.Case(series, at, interval=interval)
 
 
+# A ticket says the period's budget runs out at this pace: its long window (a day, three) must be
+# filled before its ratio says that. Fresh series (a new model, a new Prometheus, a drill) fill it
+# in part, and a few minutes' ratio would stand for days. The ratio is diluted by the share of
+# the window that holds data (Kibana's SLO burn-rate rule does the same for partial windows,
+# elastic/kibana#203279): the oldest series' scrapes over the window against their pace over the
+# pair's short window. Pages are not diluted: a fast burn pages from the first hour.
+
+
+def _coverage(slo: d.Slo, window: str, short: str) -> Expr:
+    """The share of `window` that the SLO's series fill, from 0 to 1 (`short`: where the pace of
+    scrapes is read)."""
+    scale = parse_duration(short) / parse_duration(window)
+    return (slo.samples(window) / slo.samples(short) * scale).clamp_max(1)
+
+
 def _min_events(config: Config, line: float) -> float:
     """The events a long window needs before a burn-rate line (a bad ratio) counts."""
     return round(config.slo.min_bad_events / line, 6)
@@ -183,19 +223,33 @@ def _few_events_case(config: Config, slo: d.Slo, fx: d.Fixtures, pairs: Sequence
     return d.Case(series, at, interval=interval)
 
 
+def _young_case(slo: d.Slo, fx: d.Fixtures, pairs: Sequence[tuple[str, str, float]]) -> d.Case:
+    """A ticket's burn (1.5x its line) from series a third as old as its first long window: the
+    window is filled in part, the ratio diluted to half its line, no ticket."""
+    threshold = (1 - slo.objective) * max(f for _, _, f in pairs)
+    bad_share = min(1.5 * threshold, (1 + threshold) / 2)
+    age = parse_duration(pairs[0][0]) / 3
+    series, at, interval = _slo_inputs(slo, fx, pairs[0][0], 100 * (1 - bad_share), 100 * bad_share, age)
+    return d.Case(series, at, interval=interval)
+
+
 def _slo_step(long: str) -> int:
     return 600 if parse_duration(long) > 6 * 3600 else 60
 
 
-def _slo_inputs(slo: d.Slo, fx: d.Fixtures, long: str, good: float, bad: float) -> tuple[dict[str, str], str, str]:
+def _slo_inputs(
+    slo: d.Slo, fx: d.Fixtures, long: str, good: float, bad: float, age: float | None = None
+) -> tuple[dict[str, str], str, str]:
     """An SLO's counters growing by `good` and `bad` events a step, over its `long` window and 20
-    steps more: (series, when to check, the step)."""
+    steps more (`age`: scraped only for the last that many seconds): (series, when to check, the
+    step)."""
     step = _slo_step(long)
     at = parse_duration(long) + 20 * step
     points = int(at // step) + 10
+    missing = 0 if age is None else int((at - age) // step)
 
     def counter(per_step: float) -> str:
-        return f"0+{per_step:.12g}x{points}"
+        return (f"_x{missing} " if missing else "") + f"0+{per_step:.12g}x{points - missing}"
 
     if slo.histogram is not None and slo.bound is not None:
         series = {
@@ -215,7 +269,7 @@ def build_rules(
 ) -> tuple[dict[str, Any], list[d.Alert]]:
     config = config or Config()
     recording, slo_alerts = slo_rules(config)
-    groups = [recording, rollups.group(config)]
+    groups = [*recording, rollups.group(config)]
     everything = []
     for group, alerts in (
         ("kvscope-engine", [*d.engine_alerts(config), *engine_faults.engine_alerts(config)]),

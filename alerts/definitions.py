@@ -878,6 +878,7 @@ class Slo:
     good: Callable[[str], Expr]  # good events per second over a window
     total: Callable[[str], Expr]  # all events per second over a window
     events: Callable[[str], Expr]  # all events over a window (increase: a drill's clock scales it)
+    samples: Callable[[str], Expr]  # the scrapes of its counters over a window (the oldest series')
     description: str
     histogram: c.Signal | None = None  # the histogram whose bucket `bound` separates good from bad
     bound: float | None = None
@@ -899,6 +900,9 @@ def slos(config: Config) -> list[Slo]:
     def count_of(selector: Selector, signal: c.Signal, suffix: str = "") -> Callable[[str], Expr]:
         return lambda window: metric(signal, selector, suffix).increase(window).sum(SLO_BY)
 
+    def scrapes_of(signal: c.Signal, suffix: str = "") -> Callable[[str], Expr]:
+        return lambda window: metric(signal, sel, suffix).over_time("count", window).max(SLO_BY)
+
     def within(signal: c.Signal, bound: float) -> Callable[[str], Expr]:
         return rate_of(Selector((*sel.matchers, le(bound))), signal, "_bucket")
 
@@ -910,6 +914,7 @@ def slos(config: Config) -> list[Slo]:
             within(c.VLLM_TTFT, slo.ttft.seconds),
             rate_of(sel, c.VLLM_TTFT, "_count"),
             count_of(sel, c.VLLM_TTFT, "_count"),
+            scrapes_of(c.VLLM_TTFT, "_count"),
             f"{slo.ttft.objective:.2%} of requests get their first token within {slo.ttft.seconds:g} s",
             c.VLLM_TTFT,
             slo.ttft.seconds,
@@ -920,6 +925,7 @@ def slos(config: Config) -> list[Slo]:
             within(c.VLLM_ITL, slo.itl.seconds),
             rate_of(sel, c.VLLM_ITL, "_count"),
             count_of(sel, c.VLLM_ITL, "_count"),
+            scrapes_of(c.VLLM_ITL, "_count"),
             f"{slo.itl.objective:.2%} of output tokens follow the previous one within {slo.itl.seconds:g} s",
             c.VLLM_ITL,
             slo.itl.seconds,
@@ -930,6 +936,7 @@ def slos(config: Config) -> list[Slo]:
             rate_of(ok, c.VLLM_REQUEST_SUCCESS),
             rate_of(sel, c.VLLM_REQUEST_SUCCESS),
             count_of(sel, c.VLLM_REQUEST_SUCCESS),
+            scrapes_of(c.VLLM_REQUEST_SUCCESS),
             f"{slo.errors.objective:.2%} of requests finish without abort or error",
         ),
     ]

@@ -181,6 +181,8 @@ SLO_GUIDE = (
         "The overview dashboard: TTFT quantiles, error ratio by finish reason.",
         "Quiet on a model with little traffic? A pair counts once its long window holds slo.min_bad_events "
         "bad events at its line (slo:sli_events:increase<window>): a ratio of a few events is noise.",
+        "A ticket on new series? Its ratio is diluted by the share of its long window they fill "
+        "(slo:sli_window_coverage:ratio<window>): minutes of data do not say what days will do.",
     ),
     ("Page: find the cause now (kvscope diagnose); Ticket: the budget will run out within the period at this rate.",),
 )

@@ -1461,6 +1461,18 @@ SLO_EVENTS = {
     )
     for w in SLO_WINDOWS
 }
+SLO_COVERAGE = {
+    w: Signal(
+        f"slo:sli_window_coverage:ratio{w}",
+        G,
+        "ratio",
+        f"Share of the {w} window the SLO's series fill (1: scraped for all of it): a ticket's "
+        "ratio is diluted by it, since a few minutes of data say little of what days will do.",
+        Source.RULE,
+        ("slo", "namespace", "model_name"),
+    )
+    for w in SLO_WINDOWS
+}
 SLO_OBJECTIVE = Signal(
     "slo:objective:ratio", G, "ratio", "The SLO's objective (0.99 = 99 % good).", Source.RULE, ("slo",)
 )
