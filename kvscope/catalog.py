@@ -1438,41 +1438,31 @@ ALERT_EXPLAINED_BY = "explained_by"
 # --- recording rules (alerts/): SLO error ratios over the multi-window burn-rate windows -------
 
 SLO_WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
-SLO_ERROR_RATIO = {
-    w: Signal(
-        f"slo:sli_error:ratio_rate{w}",
-        G,
-        "ratio",
-        f"Share of SLO-bad events over {w}, per SLO.",
-        Source.RULE,
-        ("slo", "namespace", "model_name"),
-    )
-    for w in SLO_WINDOWS
-}
-SLO_EVENTS = {
-    w: Signal(
-        f"slo:sli_events:increase{w}",
-        G,
-        "count",
-        f"SLO events (requests, or output tokens for ITL) counted over {w}, per SLO: a burn-rate "
-        "alert needs enough of them in its long window for its ratio to mean anything.",
-        Source.RULE,
-        ("slo", "namespace", "model_name"),
-    )
-    for w in SLO_WINDOWS
-}
-SLO_COVERAGE = {
-    w: Signal(
-        f"slo:sli_window_coverage:ratio{w}",
-        G,
-        "ratio",
-        f"Share of the {w} window the SLO's series fill (1: scraped for all of it): a ticket's "
-        "ratio is diluted by it, since a few minutes of data say little of what days will do.",
-        Source.RULE,
-        ("slo", "namespace", "model_name"),
-    )
-    for w in SLO_WINDOWS
-}
+
+
+def _per_slo_window(name: str, unit: str, help_text: str) -> dict[str, Signal]:
+    """One recorded series per SLO window: `name` and `help_text` take the window as {w}."""
+    return {
+        w: Signal(
+            name.format(w=w), Kind.GAUGE, unit, help_text.format(w=w), Source.RULE, ("slo", "namespace", "model_name")
+        )
+        for w in SLO_WINDOWS
+    }
+
+
+SLO_ERROR_RATIO = _per_slo_window("slo:sli_error:ratio_rate{w}", "ratio", "Share of SLO-bad events over {w}, per SLO.")
+SLO_EVENTS = _per_slo_window(
+    "slo:sli_events:increase{w}",
+    "count",
+    "SLO events (requests, or output tokens for ITL) counted over {w}, per SLO: a burn-rate alert needs "
+    "enough of them in its long window for its ratio to mean anything.",
+)
+SLO_COVERAGE = _per_slo_window(
+    "slo:sli_window_coverage:ratio{w}",
+    "ratio",
+    "Share of the {w} window the SLO's series fill (1: scraped for all of it): a ticket's ratio is "
+    "diluted by it, since a few minutes of data say little of what days will do.",
+)
 SLO_OBJECTIVE = Signal(
     "slo:objective:ratio", G, "ratio", "The SLO's objective (0.99 = 99 % good).", Source.RULE, ("slo",)
 )
