@@ -76,6 +76,7 @@ def slo_rules(config: Config) -> tuple[list[dict[str, Any]], list[d.Alert]]:
     for slo in d.slos(config):
         for window, signal in catalog.SLO_ERROR_RATIO.items():
             records.append({"record": signal.name, "expr": str(slo.bad_ratio(window)), "labels": {"slo": slo.name}})
+        # each ticket's long window once, with the short window of its first pair
         tickets = {w.long: w.short for w in reversed(config.slo.windows) if w.severity == "warning"}
         for window, short in tickets.items():
             coverage.append(
@@ -149,7 +150,8 @@ def _burn_alerts(config: Config, slo: d.Slo, fx: d.Fixtures) -> list[d.Alert]:
         expr = None
         for long, short, factor in pairs:
             both = ratio(long).gt(factor * budget).and_(ratio(short).gt(factor * budget))
-            if severity == "warning":  # the period's budget, judged on what fills the window
+            if severity == "warning":  # the period's budget, judged on what fills the window (_coverage)
+                # beside the plain ratio, which stays the alert's $value
                 covered = metric(catalog.SLO_COVERAGE[long], Selector.of(slo=slo.name))
                 both = both.and_((ratio(long) * covered).gt(factor * budget))
             if config.slo.min_bad_events:  # a ratio of a few events is noise (config.Slo)
@@ -194,17 +196,15 @@ def _burn_case(slo: d.Slo, fx: d.Fixtures, pair: tuple[str, str, float], factor:
     return d.Case(series, at, interval=interval)
 
 
-# A ticket says the period's budget runs out at this pace: its long window (a day, three) must be
-# filled before its ratio says that. Fresh series (a new model, a new Prometheus, a drill) fill it
-# in part, and a few minutes' ratio would stand for days. The ratio is diluted by the share of
-# the window that holds data (Kibana's SLO burn-rate rule does the same for partial windows,
-# elastic/kibana#203279): the oldest series' scrapes over the window against their pace over the
-# pair's short window. Pages are not diluted: a fast burn pages from the first hour.
-
-
 def _coverage(slo: d.Slo, window: str, short: str) -> Expr:
-    """The share of `window` that the SLO's series fill, from 0 to 1 (`short`: where the pace of
-    scrapes is read)."""
+    """The share of `window` that the SLO's series fill, from 0 to 1: the oldest series' scrapes
+    over the window against their pace over `short`.
+
+    A ticket says the period's budget runs out at this pace: its long window (a day, three) must
+    be filled before its ratio says that. Fresh series (a new model, a new Prometheus, a drill)
+    fill it in part, and a few minutes' ratio would stand for days, so a ticket's ratio is
+    diluted by this share (Kibana's SLO burn-rate rule does the same for partial windows,
+    elastic/kibana#203279). Pages are not diluted: a fast burn pages from the first hour."""
     scale = parse_duration(short) / parse_duration(window)
     return (slo.samples(window) / slo.samples(short) * scale).clamp_max(1)
 
