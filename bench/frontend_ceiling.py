@@ -220,6 +220,7 @@ def ceiling(
     return {
         "req_per_s": run["completed"] / run["wall"],
         "cpu_ms_per_request": 1000 * cpu / max(run["completed"], 1),
+        "completed": run["completed"],
         "failed": run["failed"],
     }
 
@@ -351,15 +352,51 @@ def leaves(collapsed: str, top: int = 20) -> list[tuple[str, int]]:
     return sorted(own.items(), key=lambda kv: -kv[1])[:top]
 
 
-def profile(which: str, args: argparse.Namespace, workdir: Path) -> int:
-    """Saturate one server for --profile-seconds while py-spy samples it; print the tables."""
-    import shutil
+def package(where: str) -> str:
+    """Whose code a frame's file is: kvscope's, a package's (vLLM by its sub-package), the
+    standard library's (by module), or the benchmark's mock engine."""
+    if where.startswith(OURS) or any(f"/{part}" in where for part in OURS):
+        return "kvscope"
+    if where.startswith("bench/") or "/bench/" in where:
+        return "bench (mock engine)"
+    if "/site-packages/" in where:
+        parts = where.split("/site-packages/")[-1].split("/")
+        if parts[0] == "vllm":
+            return "/".join(parts[: min(3, len(parts) - 1)])
+        return parts[0].removesuffix(".py")
+    if "/python3" in where:
+        module = where.split("/python3", 1)[1].split("/")
+        return f"stdlib {module[1].removesuffix('.py')}" if len(module) > 1 else "stdlib"
+    return "other"
+
+
+def by_package(collapsed: str) -> dict[str, int]:
+    """Samples by the package of the frame they were taken in (self time)."""
+    own: dict[str, int] = {}
+    for line in collapsed.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack and count.isdigit():
+            key = package(_frames(stack)[-1][1])
+            own[key] = own.get(key, 0) + int(count)
+    return own
+
+
+@dataclass(frozen=True)
+class Profiled:
+    which: str
+    collapsed: str
+    path: Path
+    requests: int
+    cpu_ms_per_request: float  # from /proc over the sampled batches
+
+
+SAMPLE_MS = 5.0  # py-spy at 200 Hz: a sample is 5 ms of one thread's CPU (idle threads are not sampled)
+
+
+def sample(which: str, args: argparse.Namespace, workdir: Path, spy: str) -> Profiled:
+    """Saturate one server for --profile-seconds while py-spy samples it."""
     import subprocess
 
-    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    if not Path(spy).exists():
-        print("py-spy is not installed: pip install py-spy", file=sys.stderr)
-        return 2
     shape = next(s for s in SHAPES if s.key == args.shape)
     out = workdir / f"{which}.collapsed"
     with contextlib.ExitStack() as stack:
@@ -372,14 +409,69 @@ def profile(which: str, args: argparse.Namespace, workdir: Path) -> int:
         spy_argv = [spy, "record", "-p", str(server.pid), "-d", seconds, "-r", "200", "-f", "raw", "-o", str(out)]
         sampler = subprocess.Popen([*spy_argv, "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + args.profile_seconds
-        batch = 0
+        batch, requests, cpu_ms = 0, 0, 0.0
         while time.monotonic() < deadline:
             batch += 1
-            ceiling(server, shape, _prompts(args.requests, batch), args.concurrency, args.max_tokens)
+            run = ceiling(server, shape, _prompts(args.requests, batch), args.concurrency, args.max_tokens)
+            requests += run["completed"]
+            cpu_ms += run["cpu_ms_per_request"] * run["completed"]
         sampler.wait(timeout=args.profile_seconds + 120)
-    collapsed = out.read_text()
+    return Profiled(which, out.read_text(), out, requests, cpu_ms / max(requests, 1))
+
+
+def compare_table(profiles: list[Profiled], top: int = 25) -> str:
+    """CPU per request by package, each server side by side, and the difference to the first:
+    py-spy's samples (5 ms each) over the requests served while it sampled."""
+    first = profiles[0]
+    counts = {p.which: by_package(p.collapsed) for p in profiles}
+    per = {
+        p.which: {k: SAMPLE_MS * 1000 * n / max(p.requests, 1) for k, n in counts[p.which].items()} for p in profiles
+    }
+    keys = sorted({k for c in per.values() for k in c}, key=lambda k: -max(abs(c.get(k, 0.0)) for c in per.values()))
+    names = [p.which for p in profiles]
+    head = " | ".join(f"{n} us/request" for n in names)
+    diffs = " | ".join(f"{n} - {first.which}" for n in names[1:])
+    lines = [f"| package (self samples) | {head} | {diffs} |", "| --- |" + " --- |" * (2 * len(names) - 1)]
+    for key in keys[:top]:
+        cells = " | ".join(f"{per[n].get(key, 0.0):.0f}" for n in names)
+        deltas = " | ".join(f"{per[n].get(key, 0.0) - per[first.which].get(key, 0.0):+.0f}" for n in names[1:])
+        lines.append(f"| `{key}` | {cells} | {deltas} |")
+    totals = {n: sum(per[n].values()) for n in names}
+    cells = " | ".join(f"**{totals[n]:.0f}**" for n in names)
+    deltas = " | ".join(f"**{totals[n] - totals[first.which]:+.0f}**" for n in names[1:])
+    lines.append(f"| all sampled | {cells} | {deltas} |")
+    cells = " | ".join(f"{1000 * p.cpu_ms_per_request:.0f}" for p in profiles)
+    deltas = " | ".join(f"{1000 * (p.cpu_ms_per_request - first.cpu_ms_per_request):+.0f}" for p in profiles[1:])
+    lines.append(f"| process CPU from /proc | {cells} | {deltas} |")
+    return "\n".join(lines)
+
+
+def profile(which: list[str], args: argparse.Namespace, workdir: Path) -> int:
+    """Profile each server in turn at saturation; print its hot spots, then, for two or more,
+    the per-request CPU by package side by side."""
+    import shutil
+
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy).exists():
+        print("py-spy is not installed: pip install py-spy", file=sys.stderr)
+        return 2
+    profiles = [sample(name, args, workdir, spy) for name in which]
+    for found in profiles:
+        _hot_tables(found, args)
+    if len(profiles) > 1:
+        print()
+        print(compare_table(profiles))
+    return 0
+
+
+def _hot_tables(found: Profiled, args: argparse.Namespace) -> None:
+    shape = next(s for s in SHAPES if s.key == args.shape)
+    collapsed, which, out = found.collapsed, found.which, found.path
     total, ours = hot_spots(collapsed)
-    print(f"py-spy, {which}, {shape.name}, {args.concurrency} concurrent, {total} samples; collapsed stacks: {out}")
+    print(
+        f"py-spy, {which}, {shape.name}, {args.concurrency} concurrent, {total} samples over {found.requests} "
+        f"requests; collapsed stacks: {out}"
+    )
     print()
     print("| kvscope function (file) | inclusive | self |")
     print("| --- | --- | --- |")
@@ -390,7 +482,6 @@ def profile(which: str, args: argparse.Namespace, workdir: Path) -> int:
     print("| --- | --- |")
     for key, own in leaves(collapsed):
         print(f"| `{key}` | {100 * own / total:.1f} % |")
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -408,11 +499,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--smoke", action="store_true", help="one round, one shape, a few requests (CI)")
     parser.add_argument("--json", type=Path, help="also write the result here")
-    parser.add_argument("--profile", choices=SERVERS, help="instead: sample this server with py-spy at saturation")
+    parser.add_argument(
+        "--profile",
+        type=lambda text: [part.strip() for part in text.split(",")],
+        help=f"instead: sample these servers (of {', '.join(SERVERS)}, comma-separated) with py-spy at "
+        "saturation, one after the other; two or more: CPU per request by package side by side",
+    )
     parser.add_argument("--profile-seconds", type=int, default=30, help="how long to sample (default 30)")
     parser.add_argument("--shape", default=SHAPES[0].key, choices=[s.key for s in SHAPES], help="profiled shape")
     args = parser.parse_args(argv)
     if args.profile:
+        if unknown := [name for name in args.profile if name not in SERVERS]:
+            parser.error(f"--profile: no server {unknown[0]!r} (choose from {', '.join(SERVERS)})")
         return profile(args.profile, args, Path(tempfile.mkdtemp(prefix="kvscope-profile-")))
     if args.smoke:
         args.rounds, args.requests, args.concurrency, args.max_tokens = 1, 12, 4, 8

@@ -1,0 +1,50 @@
+"""The ceiling benchmark's side-by-side profile: samples attributed to whose code they ran in,
+per request served (bench/frontend_ceiling.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.frontend_ceiling import Profiled, by_package, compare_table, package
+
+SITE = "/work/.venv/lib/python3.12/site-packages"
+BARE = f"""\
+process 1:"vllm";thread (0x1);run (/usr/lib/python3.12/asyncio/runners.py:118);send ({SITE}/uvicorn/protocols/http/httptools_impl.py:500) 40
+process 1:"vllm";thread (0x1);run (/usr/lib/python3.12/asyncio/runners.py:118);generate ({SITE}/vllm/v1/engine/async_llm.py:400) 60
+"""
+GATEWAY = f"""\
+process 1:"kvscope";thread (0x1);run (/usr/lib/python3.12/asyncio/runners.py:118);send ({SITE}/uvicorn/protocols/http/httptools_impl.py:500) 40
+process 1:"kvscope";thread (0x1);run (/usr/lib/python3.12/asyncio/runners.py:118);generate ({SITE}/vllm/v1/engine/async_llm.py:400) 60
+process 1:"kvscope";thread (0x1);__call__ (serving/gateway.py:340);send_tracked (serving/gateway.py:563) 20
+process 1:"kvscope";thread (0x1);run (/usr/lib/python3.12/asyncio/base_events.py:1900) 10
+"""
+
+
+def test_a_frame_belongs_to_kvscope_a_package_vllm_by_sub_package_or_the_standard_library() -> None:
+    assert package("serving/gateway.py") == "kvscope"
+    assert package("/repo/serving/gateway.py") == "kvscope"
+    assert package(f"{SITE}/vllm/v1/engine/async_llm.py") == "vllm/v1/engine"
+    assert package(f"{SITE}/vllm/envs.py") == "vllm"
+    assert package(f"{SITE}/uvicorn/protocols/http/httptools_impl.py") == "uvicorn"
+    assert package(f"{SITE}/typing_extensions.py") == "typing_extensions"
+    assert package("/usr/lib/python3.12/asyncio/base_events.py") == "stdlib asyncio"
+    assert package("/usr/lib/python3.12/json/encoder.py") == "stdlib json"
+    assert package("bench/mock_engine.py") == "bench (mock engine)"
+    assert package("<frozen importlib._bootstrap>") == "other"
+
+
+def test_self_samples_add_up_by_package() -> None:
+    found = by_package(GATEWAY)
+    assert found == {"uvicorn": 40, "vllm/v1/engine": 60, "kvscope": 20, "stdlib asyncio": 10}
+
+
+def test_the_comparison_gives_each_package_its_microseconds_per_request_and_the_difference() -> None:
+    bare = Profiled("bare", BARE, Path("bare.collapsed"), requests=100, cpu_ms_per_request=5.2)
+    gateway = Profiled("default", GATEWAY, Path("default.collapsed"), requests=100, cpu_ms_per_request=6.7)
+    table = compare_table([bare, gateway])
+    rows = {line.split(" | ")[0]: line for line in table.splitlines()}
+    # 5 ms a sample over 100 requests: 20 samples of kvscope's code are 1,000 us a request
+    assert rows["| `kvscope`"] == "| `kvscope` | 0 | 1000 | +1000 |"
+    assert rows["| `uvicorn`"] == "| `uvicorn` | 2000 | 2000 | +0 |"
+    assert rows["| all sampled"] == "| all sampled | **5000** | **6500** | **+1500** |"
+    assert rows["| process CPU from /proc"] == "| process CPU from /proc | 5200 | 6700 | +1500 |"
