@@ -46,6 +46,34 @@ async def _engine(scope: Any, receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"{}", "more_body": False})
 
 
+def _events(path: str, tokens: int) -> list[bytes]:
+    """What vLLM streams for `tokens` generated tokens on `path` (one SSE event a token, then [DONE])."""
+    if path == "/v1/chat/completions":
+        head = b'{"id":"chatcmpl-kvs-0123456789abcdef","object":"chat.completion.chunk","created":1764547200,'
+        body = (
+            b'"model":"%s","choices":[{"index":0,"delta":{"content":" word%d"},"logprobs":null,"finish_reason":null}]}'
+        )
+    else:
+        head = b'{"id":"cmpl-kvs-0123456789abcdef","object":"text_completion","created":1764547200,'
+        body = b'"model":"%s","choices":[{"index":0,"text":" word%d","logprobs":null,"finish_reason":null}]}'
+    events = [b"data: " + head + body % (SERVED_NAME.encode(), i) + b"\n\n" for i in range(tokens)]
+    return [*events, b"data: [DONE]\n\n"]
+
+
+def _streaming_engine(events: list[bytes]) -> Any:
+    """A stand-in for vLLM's app that streams `events` as StreamingResponse sends them."""
+
+    async def engine(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        start = {"type": "http.response.start", "status": 200}
+        await send({**start, "headers": [(b"content-type", b"text/event-stream; charset=utf-8")]})
+        for event in events:
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    return engine
+
+
 class _Precounted:
     """The renderer's counts replayed: the gateway's work without the rendering."""
 
@@ -65,7 +93,7 @@ class _Precounted:
         return self.counted["responses"]
 
 
-def _gateway(counter: Any) -> Gateway:
+def _gateway(counter: Any, engine: Any = _engine) -> Gateway:
     policy = AdmissionPolicy(
         CONFIG, max_model_len=16384, served_names=[SERVED_NAME], qos_enabled=True, quotas=TenantQuotas()
     )
@@ -74,7 +102,7 @@ def _gateway(counter: Any) -> Gateway:
         return None
 
     gateway = Gateway(
-        _engine,
+        engine,
         policy=policy,
         counter=counter,
         metrics=ServingMetrics(CollectorRegistry()),
@@ -104,7 +132,7 @@ def _bodies(words: int) -> dict[str, tuple[str, bytes]]:
     return {name: (path, json.dumps(body).encode()) for name, (path, body) in bodies.items()}
 
 
-async def _one(gateway: Gateway, path: str, body: bytes) -> int:
+async def _one(gateway: Any, path: str, body: bytes) -> int:
     scope = {
         "type": "http",
         "method": "POST",
@@ -125,7 +153,7 @@ async def _one(gateway: Gateway, path: str, body: bytes) -> int:
     return next(m["status"] for m in sent if m["type"] == "http.response.start")
 
 
-def _cpu_per_request(gateway: Gateway, path: str, body: bytes, requests: int) -> float:
+def _cpu_per_request(gateway: Any, path: str, body: bytes, requests: int) -> float:
     async def many() -> float:
         for _ in range(20):  # warm-up
             assert await _one(gateway, path, body) == 200
@@ -151,13 +179,14 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--prompt-words", type=int, default=100, help="words of each prompt (100: ~128 tokens)")
+    parser.add_argument("--stream-tokens", type=int, default=64, help="tokens of each streamed answer (0: none)")
     args = parser.parse_args()
     counter = VllmCounter(offline_renderer(str(ensure_demo_model()), kv_cache_memory_bytes=1 << 30))
     bodies = _bodies(args.prompt_words)
     counted = {name: _count(counter, name, body) for name, (_, body) in bodies.items()}
     rendered, own = _gateway(counter), _gateway(_Precounted(counted))
 
-    def median_ms(gateway: Gateway, path: str, body: bytes) -> float:
+    def median_ms(gateway: Any, path: str, body: bytes) -> float:
         return 1000 * statistics.median(
             _cpu_per_request(gateway, path, body, args.requests) for _ in range(args.rounds)
         )
@@ -167,6 +196,19 @@ def main() -> None:
     for name, (path, body) in bodies.items():
         tokens = sum(counted[name].counts)
         print(f"| {path} | {tokens} | {median_ms(own, path, body):.3f} | {median_ms(rendered, path, body):.3f} |")
+    if args.stream_tokens:
+        print(f"\nStreamed, {args.stream_tokens} tokens a request (one SSE event each), rendering left out:\n")
+        print("| route | the stand-in alone, ms CPU | through the gateway, ms CPU | the gateway's own, ms CPU |")
+        print("| --- | --- | --- | --- |")
+        for name in ("completions", "chat"):
+            path, body = bodies[name]
+            body = json.dumps({**json.loads(body), "stream": True}).encode()
+            engine = _streaming_engine(_events(path, args.stream_tokens))
+            alone, through = (
+                median_ms(engine, path, body),
+                median_ms(_gateway(_Precounted(counted), engine), path, body),
+            )
+            print(f"| {path} | {alone:.3f} | {through:.3f} | {through - alone:.3f} |")
 
 
 if __name__ == "__main__":

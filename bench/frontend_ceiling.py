@@ -47,7 +47,10 @@ from bench.serve_overhead import cpu_seconds
 from drill.launcher import ServerProcess, free_port, platform_engine_args, start_process
 from serving.demo_model import SERVED_NAME, ensure_demo_model
 
-SERVERS = ("bare", "default", "tuned")
+SERVERS = ("bare", "default", "tuned")  # measured by default; the first is the reference
+# kvscope serve with its gateway stepped over (uvicorn serves vLLM's app): what the rest of the
+# process costs (stat logger, metrics, set-up), apart from the gateway's request path
+KNOWN = (*SERVERS, "passthrough")
 API_KEY = "sk-bench-1"
 PROMPT_WORDS = 24  # about 32 tokens of the demo model, as vllm-project/vllm#43469's (32, 512) input
 
@@ -125,9 +128,10 @@ def start(which: str, workdir: Path, chunk: int, otlp: str) -> ServerProcess:
         return start_process(
             "vLLM (mock engine)", [*argv, "--disable-uvicorn-access-log", *platform_engine_args()], url, log
         )
-    if which == "default":
+    if which in ("default", "passthrough"):
+        skip = ["--skip-gateway"] if which == "passthrough" else []
         return start_process(
-            "kvscope serve (mock engine)", [*mock, "kvscope", *where, "--profile", "default"], url, log
+            f"kvscope serve ({which}, mock engine)", [*mock, *skip, "kvscope", *where, "--profile", "default"], url, log
         )
     config = workdir / "kvscope.yaml"
     config.write_text(TUNED_CONFIG)
@@ -228,11 +232,14 @@ def ceiling(
 def latency(
     server: ServerProcess, shape: Shape, prompts: list[str], rate: float, max_tokens: int, seed: int
 ) -> dict[str, Any]:
+    before = cpu_seconds(server.pid)
     run = asyncio.run(_open(server.base_url, shape, prompts, rate, max_tokens, seed))
+    cpu = cpu_seconds(server.pid) - before
     values = run["latencies"]
     return {
         "p50_ms": 1000 * statistics.median(values) if values else float("nan"),
         "p99_ms": 1000 * percentile(values, 99),
+        "cpu_ms_per_request": 1000 * cpu / max(run["completed"], 1),
         "failed": run["failed"],
     }
 
@@ -242,18 +249,19 @@ def paired(values: list[float]) -> dict[str, float]:
 
 
 def measure(servers: dict[str, ServerProcess], args: argparse.Namespace) -> dict[str, Any]:
+    names = list(servers)
     rows: dict[str, list[dict[str, Any]]] = {shape.name: [] for shape in SHAPES}
     shapes = SHAPES[:1] if args.smoke else [s for s in SHAPES if s.key in args.shapes]
     for i in range(args.rounds):
         for n, shape in enumerate(shapes):
             prompts = _prompts(args.requests, seed=1000 * i + n)
             warm = prompts[: max(4, args.concurrency)]
-            order = SERVERS[i % 3 :] + SERVERS[: i % 3]  # rotate who goes first
+            order = names[i % len(names) :] + names[: i % len(names)]  # rotate who goes first
             row: dict[str, Any] = {}
             for which in order:
                 ceiling(servers[which], shape, warm, args.concurrency, args.max_tokens)  # warm-up
                 row[which] = {"ceiling": ceiling(servers[which], shape, prompts, args.concurrency, args.max_tokens)}
-            rate = row["bare"]["ceiling"]["req_per_s"] / 2
+            rate = row[names[0]]["ceiling"]["req_per_s"] / 2
             for which in order:
                 row[which]["half"] = latency(servers[which], shape, prompts, rate, args.max_tokens, seed=i)
             row["rate_at_half"] = rate
@@ -264,7 +272,8 @@ def measure(servers: dict[str, ServerProcess], args: argparse.Namespace) -> dict
 def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"bare_req_per_s": statistics.median(r["bare"]["ceiling"]["req_per_s"] for r in rounds)}
     out["bare_cpu_ms"] = statistics.median(r["bare"]["ceiling"]["cpu_ms_per_request"] for r in rounds)
-    for which in SERVERS[1:]:
+    measured = [k for k in rounds[0] if k in KNOWN]
+    for which in measured[1:]:
         out[which] = {
             "req_per_s": statistics.median(r[which]["ceiling"]["req_per_s"] for r in rounds),
             "ratio": paired([r[which]["ceiling"]["req_per_s"] / r["bare"]["ceiling"]["req_per_s"] for r in rounds]),
@@ -272,10 +281,13 @@ def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
             "cpu_ms_delta": paired(
                 [r[which]["ceiling"]["cpu_ms_per_request"] - r["bare"]["ceiling"]["cpu_ms_per_request"] for r in rounds]
             ),
+            "half_cpu_ms_delta": paired(
+                [r[which]["half"]["cpu_ms_per_request"] - r["bare"]["half"]["cpu_ms_per_request"] for r in rounds]
+            ),
             "p50_delta_ms": paired([r[which]["half"]["p50_ms"] - r["bare"]["half"]["p50_ms"] for r in rounds]),
             "p99_delta_ms": paired([r[which]["half"]["p99_ms"] - r["bare"]["half"]["p99_ms"] for r in rounds]),
         }
-    out["failed"] = sum(r[w][part]["failed"] for r in rounds for w in SERVERS for part in ("ceiling", "half"))
+    out["failed"] = sum(r[w][part]["failed"] for r in rounds for w in measured for part in ("ceiling", "half"))
     return out
 
 
@@ -285,19 +297,21 @@ def table(result: dict[str, Any], rounds: int) -> str:
 
     lines = [
         f"| shape | gateway | bare req/s | gateway req/s | ratio ({rounds} rounds: median, spread) | "
-        "API-server CPU/request bare, gateway | gateway's CPU/request | added p50 at half | added p99 at half |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "API-server CPU/request bare, gateway | gateway's CPU/request | the same at half | added p50 at half | "
+        "added p99 at half |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for shape in SHAPES:
         found = result.get(shape.name)
         if not found:
             continue
-        for which in SERVERS[1:]:
+        for which in (k for k in found if k in KNOWN):
             g = found[which]
             lines.append(
                 f"| {shape.name} | {which} | {found['bare_req_per_s']:.0f} | {g['req_per_s']:.0f} | "
                 f"{cell(g['ratio'], '.3f')} | {found['bare_cpu_ms']:.2f} ms, {g['cpu_ms']:.2f} ms | "
-                f"{cell(g['cpu_ms_delta'], '+.2f')} ms | {cell(g['p50_delta_ms'], '+.2f')} ms | "
+                f"{cell(g['cpu_ms_delta'], '+.2f')} ms | {cell(g['half_cpu_ms_delta'], '+.2f')} ms | "
+                f"{cell(g['p50_delta_ms'], '+.2f')} ms | "
                 f"{cell(g['p99_delta_ms'], '+.2f')} ms |"
             )
     return "\n".join(lines)
@@ -360,14 +374,17 @@ def package(where: str) -> str:
     if where.startswith("bench/") or "/bench/" in where:
         return "bench (mock engine)"
     if "/site-packages/" in where:
-        parts = where.split("/site-packages/")[-1].split("/")
-        if parts[0] == "vllm":
-            return "/".join(parts[: min(3, len(parts) - 1)])
-        return parts[0].removesuffix(".py")
-    if "/python3" in where:
-        module = where.split("/python3", 1)[1].split("/")
-        return f"stdlib {module[1].removesuffix('.py')}" if len(module) > 1 else "stdlib"
-    return "other"
+        where = where.split("/site-packages/")[-1]
+    elif "/python3" in where:
+        where = where.split("/python3", 1)[1].partition("/")[2]
+    # py-spy names a file by its module path ("vllm/v1/engine/async_llm.py", "asyncio/locks.py")
+    parts = where.removeprefix("<frozen ").removesuffix(">").split("/")
+    top = parts[0].removesuffix(".py").partition(".")[0]
+    if top in sys.stdlib_module_names:
+        return f"stdlib {top}"
+    if top == "vllm":
+        return "/".join(parts[: min(3, len(parts) - 1)])
+    return top if top.isidentifier() else "other"
 
 
 def by_package(collapsed: str) -> dict[str, int]:
@@ -403,7 +420,7 @@ def sample(which: str, args: argparse.Namespace, workdir: Path, spy: str) -> Pro
         otlp = stack.enter_context(otlp_sink())
         server = start(which, workdir, args.chunk, otlp)
         stack.callback(server.stop)
-        server.wait_ready("/health" if which == "bare" else "/ready", 300)
+        server.wait_ready("/health" if which in ("bare", "passthrough") else "/ready", 300)
         ceiling(server, shape, _prompts(args.concurrency * 2, 1), args.concurrency, args.max_tokens)  # warm
         seconds = str(args.profile_seconds)
         spy_argv = [spy, "record", "-p", str(server.pid), "-d", seconds, "-r", "200", "-f", "raw", "-o", str(out)]
@@ -497,31 +514,40 @@ def main(argv: list[str] | None = None) -> int:
         default=[s.key for s in SHAPES],
         help=f"request shapes to measure, comma-separated, of {', '.join(s.key for s in SHAPES)} (default all)",
     )
+    parser.add_argument(
+        "--servers",
+        type=lambda text: [part.strip() for part in text.split(",")],
+        default=list(SERVERS),
+        help=f"servers to measure, bare first (default {','.join(SERVERS)}; also passthrough: kvscope serve "
+        "with its gateway stepped over)",
+    )
     parser.add_argument("--smoke", action="store_true", help="one round, one shape, a few requests (CI)")
     parser.add_argument("--json", type=Path, help="also write the result here")
     parser.add_argument(
         "--profile",
         type=lambda text: [part.strip() for part in text.split(",")],
-        help=f"instead: sample these servers (of {', '.join(SERVERS)}, comma-separated) with py-spy at "
+        help=f"instead: sample these servers (of {', '.join(KNOWN)}, comma-separated) with py-spy at "
         "saturation, one after the other; two or more: CPU per request by package side by side",
     )
     parser.add_argument("--profile-seconds", type=int, default=30, help="how long to sample (default 30)")
     parser.add_argument("--shape", default=SHAPES[0].key, choices=[s.key for s in SHAPES], help="profiled shape")
     args = parser.parse_args(argv)
     if args.profile:
-        if unknown := [name for name in args.profile if name not in SERVERS]:
-            parser.error(f"--profile: no server {unknown[0]!r} (choose from {', '.join(SERVERS)})")
+        if unknown := [name for name in args.profile if name not in KNOWN]:
+            parser.error(f"--profile: no server {unknown[0]!r} (choose from {', '.join(KNOWN)})")
         return profile(args.profile, args, Path(tempfile.mkdtemp(prefix="kvscope-profile-")))
+    if args.servers[0] != "bare" or len(args.servers) < 2 or any(n not in KNOWN for n in args.servers):
+        parser.error(f"--servers: bare first, then one or more of {', '.join(KNOWN[1:])}")
     if args.smoke:
         args.rounds, args.requests, args.concurrency, args.max_tokens = 1, 12, 4, 8
     workdir = Path(tempfile.mkdtemp(prefix="kvscope-ceiling-"))
     with contextlib.ExitStack() as stack:
         otlp = stack.enter_context(otlp_sink())
-        servers = {which: start(which, workdir, args.chunk, otlp) for which in SERVERS}  # boot together
+        servers = {which: start(which, workdir, args.chunk, otlp) for which in args.servers}  # boot together
         for proc in servers.values():
             stack.callback(proc.stop)
         for which, proc in servers.items():
-            proc.wait_ready("/health" if which == "bare" else "/ready", 300)
+            proc.wait_ready("/health" if which in ("bare", "passthrough") else "/ready", 300)
         result = measure(servers, args)
     result["settings"] = {k: v for k, v in vars(args).items() if k != "json"}
     text = json.dumps(result, indent=2, default=str)

@@ -116,15 +116,36 @@ def install(chunk: int) -> None:
     EngineCoreClient.make_async_mp_client = staticmethod(make_async_mp_client)  # type: ignore[method-assign,assignment]
 
 
+def skip_gateway() -> None:
+    """Hand uvicorn the app behind any Gateway it is given (a benchmark's A/B, never served)."""
+    import uvicorn
+
+    from serving.gateway import Gateway
+
+    build = uvicorn.Config.__init__
+
+    def config(self: uvicorn.Config, app: Any, *args: Any, **kwargs: Any) -> None:
+        build(self, app.app if isinstance(app, Gateway) else app, *args, **kwargs)
+
+    uvicorn.Config.__init__ = config  # type: ignore[method-assign]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chunk", type=int, default=1, help="tokens per request per engine step (default 1)")
+    parser.add_argument(
+        "--skip-gateway",
+        action="store_true",
+        help="kvscope: uvicorn serves vLLM's app, the gateway built but stepped over (the rest of the process's cost)",
+    )
     parser.add_argument("server", choices=("vllm", "kvscope"))
     parser.add_argument("args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.chunk < 1:
         parser.error("--chunk must be at least 1")
     install(args.chunk)
+    if args.skip_gateway:
+        skip_gateway()
     if args.server == "kvscope":
         from kvscope.cli import main as kvscope_main
 

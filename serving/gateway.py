@@ -220,12 +220,25 @@ _OUTPUT = re.compile(
 )
 
 
+# The two fields nearly every streamed token carries (completions' and Anthropic's text, chat's
+# content): two substring finds settle those events, 0.2-0.3 us against the regex's 1.7-1.9.
+_COMMON = (b'"text":"', b'"content":"')
+
+
+def _carries_output(event: bytes) -> bool:
+    for name in _COMMON:
+        at = event.find(name)
+        if at >= 0 and event[at + len(name) : at + len(name) + 1] != b'"':
+            return True  # what _OUTPUT would match: the field, not empty
+    return _OUTPUT.search(event) is not None
+
+
 def output_events(chunk: bytes) -> int:
-    """How many events of an SSE chunk carry generated output (one regex pass per event; vLLM
-    sends one event per chunk, so mostly one pass per chunk: this runs on every streamed token)."""
-    if chunk.count(b"\n\n") <= 1:
-        return 1 if _OUTPUT.search(chunk) else 0
-    return sum(1 for event in chunk.split(b"\n\n") if _OUTPUT.search(event))
+    """How many events of an SSE chunk carry generated output. vLLM sends one event per chunk,
+    so this runs on every streamed token: mostly one substring find or two."""
+    if chunk.count(b"\n") <= 3 or chunk.count(b"\n\n") <= 1:  # JSON holds no raw newline: one event
+        return 1 if _carries_output(chunk) else 0
+    return sum(1 for event in chunk.split(b"\n\n") if _carries_output(event))
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
@@ -561,7 +574,13 @@ class Gateway:
         receive_body = _replay(body, receive)
 
         async def send_tracked(message: Message) -> None:
-            if message["type"] == "http.response.start":
+            if message["type"] == "http.response.body":  # every streamed token: the short path first
+                if exchange.streaming:
+                    chunk = message.get("body", b"")
+                    exchange.streamed += output_events(chunk if type(chunk) is bytes else bytes(chunk))
+                if not message.get("more_body", False):
+                    exchange.done, exchange.ended_at = True, time.perf_counter()
+            elif message["type"] == "http.response.start":
                 exchange.started, exchange.status = True, message["status"]
                 answer.started = True
                 extra = [
@@ -583,12 +602,6 @@ class Gateway:
                 exchange.streaming = any(
                     k.lower() == b"content-type" and v.startswith(b"text/event-stream") for k, v in message["headers"]
                 )
-            elif message["type"] == "http.response.body":
-                if exchange.streaming:
-                    chunk = message.get("body", b"")
-                    exchange.streamed += output_events(chunk if isinstance(chunk, bytes) else bytes(chunk))
-                if not message.get("more_body", False):
-                    exchange.done, exchange.ended_at = True, time.perf_counter()
             await send(message)
 
         self.metrics.requests.labels(tenant, tier, admission.qos_class).inc()

@@ -30,7 +30,13 @@ def test_a_frame_belongs_to_kvscope_a_package_vllm_by_sub_package_or_the_standar
     assert package("/usr/lib/python3.12/asyncio/base_events.py") == "stdlib asyncio"
     assert package("/usr/lib/python3.12/json/encoder.py") == "stdlib json"
     assert package("bench/mock_engine.py") == "bench (mock engine)"
-    assert package("<frozen importlib._bootstrap>") == "other"
+    assert package("<frozen importlib._bootstrap>") == "stdlib importlib"
+    # py-spy's own spelling: the module path, no directory
+    assert package("vllm/v1/metrics/loggers.py") == "vllm/v1/metrics"
+    assert package("fastapi/routing.py") == "fastapi"
+    assert package("asyncio/locks.py") == "stdlib asyncio"
+    assert package("copy.py") == "stdlib copy"
+    assert package("<unknown>") == "other"
 
 
 def test_self_samples_add_up_by_package() -> None:

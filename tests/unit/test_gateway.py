@@ -426,12 +426,28 @@ def test_a_body_that_is_not_declared_json_is_a_415():
         (b'data: {"choices":[{"delta":{"content":"","tool_calls":[{"id":"c"}]}}]}\n\n', 1),  # a tool call
         (b'data: {"choices":[{"delta":{"content":""}}]}\n\ndata: {"choices":[{"text":"\\"q"}]}\n\n', 1),
         (b'data: {"choices":[{"delta":{"reasoning":"hm"}}]}', 1),  # an event split across chunks
+        (b'data: {"choices":[{"text":"","finish_reason":"length"}]}\n\n', 0),  # the finish chunk
+        (b'data: {"choices":[{"text":"","delta":{"content":"ka"}}]}\n\n', 1),  # an empty field, then text
+        (b'data: {"choices":[{"text":"', 1),  # cut right after the field: the regex's answer too
     ],
 )
 def test_only_events_with_generated_output_are_charged(chunk, events):
     from serving.gateway import output_events
 
     assert output_events(chunk) == events
+
+
+def test_the_fast_path_agrees_with_the_full_pattern_on_every_event():
+    import itertools
+
+    from serving.gateway import _OUTPUT, _carries_output
+
+    parts = [b'"text":"', b'"text":""', b'"content":"', b'"content":""', b"ka", b'"', b"{", b'"tool_calls":[']
+    parts += [b'"reasoning":"x"', b"response.output_text.delta", b'"type":"content_block_delta"', b"\\"]
+    for n in range(1, 4):
+        for pieces in itertools.product(parts, repeat=n):
+            event = b"data: " + b"".join(pieces)
+            assert _carries_output(event) == (_OUTPUT.search(event) is not None), event
 
 
 def test_a_request_budget_gives_openais_request_headers_and_a_429():
