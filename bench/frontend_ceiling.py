@@ -272,7 +272,7 @@ def measure(servers: dict[str, ServerProcess], args: argparse.Namespace) -> dict
 def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"bare_req_per_s": statistics.median(r["bare"]["ceiling"]["req_per_s"] for r in rounds)}
     out["bare_cpu_ms"] = statistics.median(r["bare"]["ceiling"]["cpu_ms_per_request"] for r in rounds)
-    measured = [k for k in rounds[0] if k in KNOWN]
+    measured = ["bare", *(k for k in KNOWN[1:] if k in rounds[0])]  # round 0's keys come in rotated order
     for which in measured[1:]:
         out[which] = {
             "req_per_s": statistics.median(r[which]["ceiling"]["req_per_s"] for r in rounds),
