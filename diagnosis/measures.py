@@ -83,7 +83,6 @@ MEASURES: tuple[Measure, ...] = (
     _m("kv_usage_last", E, Kind.GAUGE_LAST, c.VLLM_KV_CACHE_USAGE, help="KV-cache usage at the end"),
     # step 2: queue
     _m("waiting_max", E, Kind.GAUGE_MAX, c.VLLM_REQUESTS_WAITING, help="peak waiting requests"),
-    _m("waiting_avg", E, Kind.GAUGE_AVG, c.VLLM_REQUESTS_WAITING, help="mean waiting requests"),
     _m(
         "waiting_slope",
         E,
@@ -101,14 +100,6 @@ MEASURES: tuple[Measure, ...] = (
         c.VLLM_TIME_IN_QUEUE,
         quantile=0.99,
         help="p99 time in queue",
-    ),
-    _m(
-        "queue_mean",
-        E,
-        Kind.MEAN,
-        c.REQUEST_QUEUE_SECONDS,
-        c.VLLM_QUEUE_TIME,
-        help="mean time in queue",
     ),
     # step 4: preemption / swap
     _m("preemption_rate", E, Kind.RATE, c.VLLM_NUM_PREEMPTIONS, help="preemptions per second"),
@@ -203,7 +194,6 @@ MEASURES: tuple[Measure, ...] = (
         c.VLLM_GENERATION_TOKENS,
         help="generated tokens per second, last 5 min",
     ),
-    _m("prompt_tps", E, Kind.RATE, c.VLLM_PROMPT_TOKENS, help="prompt tokens per second"),
     # progress at the end of the window: an engine that answers but makes none (engine_stall)
     _m(
         "prompt_tps_recent",
@@ -281,15 +271,6 @@ MEASURES: tuple[Measure, ...] = (
         quantile=0.99,
         help="p99 prompt length of the requests admitted (kvscope serve)",
     ),
-    _m(
-        "error_ratio",
-        E,
-        Kind.RATIO,
-        c.VLLM_REQUEST_SUCCESS,
-        matchers=Selector.any_of("finished_reason", catalog.FINISHED_FAILED),
-        denominator=(c.VLLM_REQUEST_SUCCESS,),
-        help="share of requests ending in abort or error",
-    ),
     # prefix cache
     _m(
         "prefix_hit_recent",
@@ -306,14 +287,6 @@ MEASURES: tuple[Measure, ...] = (
         c.VLLM_PREFIX_CACHE_HITS,
         denominator=(c.VLLM_PREFIX_CACHE_QUERIES,),
         help="prefix-cache hit rate before the last 5 min",
-    ),
-    _m(
-        "prefix_hit_gauge",
-        E,
-        Kind.GAUGE_LAST,
-        c.CACHE_PREFIX_HIT_RATIO,
-        c.VLLM_GPU_PREFIX_CACHE_HIT_RATE,
-        help="prefix-cache hit rate gauge (kvscope sliding window, or V0's)",
     ),
     _m(
         "prefix_queries_recent",
@@ -391,13 +364,6 @@ MEASURES: tuple[Measure, ...] = (
         c.DCGM_ROW_REMAP_FAILURE,
         help="row remap failed (1)",
     ),
-    _m(
-        "remapped_uncorrectable_increase",
-        G,
-        Kind.INCREASE,
-        c.DCGM_UNCORRECTABLE_REMAPPED_ROWS,
-        help="rows remapped for uncorrectable errors",
-    ),
     # throttling
     _m("sm_clock_avg", G, Kind.GAUGE_AVG, c.DCGM_SM_CLOCK, help="mean SM clock (MHz)"),
     _m("app_sm_clock", G, Kind.GAUGE_LAST, c.DCGM_APP_SM_CLOCK, help="base (application) SM clock"),
@@ -445,8 +411,6 @@ MEASURES: tuple[Measure, ...] = (
         help="share of the window a throttle reason was active",
     ),
     # PCIe
-    _m("pcie_tx_max", G, Kind.GAUGE_MAX, c.DCGM_PCIE_TX_BYTES, help="peak PCIe TX (B/s)"),
-    _m("pcie_rx_max", G, Kind.GAUGE_MAX, c.DCGM_PCIE_RX_BYTES, help="peak PCIe RX (B/s)"),
     _m("pcie_tx_avg", G, Kind.GAUGE_AVG, c.DCGM_PCIE_TX_BYTES, help="mean PCIe TX (B/s)"),
     _m("pcie_rx_avg", G, Kind.GAUGE_AVG, c.DCGM_PCIE_RX_BYTES, help="mean PCIe RX (B/s)"),
     _m("pcie_gen", G, Kind.GAUGE_MIN, c.DCGM_PCIE_LINK_GEN, help="lowest PCIe generation"),
@@ -456,14 +420,6 @@ MEASURES: tuple[Measure, ...] = (
     _m("pcie_capacity", G, Kind.GAUGE_LAST, c.GPU_PCIE_LINK_CAPACITY, help="PCIe capacity (B/s)"),
     _m("pcie_replay_rate", G, Kind.RATE, c.DCGM_PCIE_REPLAY, help="PCIe replays per second"),
     _m("dram_active_avg", G, Kind.GAUGE_AVG, c.DCGM_DRAM_ACTIVE, help="mean HBM activity (0..1)"),
-    _m(
-        "tensor_active_avg",
-        G,
-        Kind.GAUGE_AVG,
-        c.DCGM_TENSOR_ACTIVE,
-        help="mean tensor-core activity",
-    ),
-    _m("numa_span", G, Kind.GAUGE_MAX, c.GPU_ENGINE_NUMA_NODES, help="NUMA nodes an engine spans"),
 )
 del E, G, c
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from diagnosis.alerts import Firing, explain, matches, unexplained
 from diagnosis.changes import Change, changes, sentence
-from diagnosis.checks import SHAPES, Context, all_checks, engine_views, labels_of, value
+from diagnosis.checks import SHAPES, Context, all_checks, engine_views, labels_of, memory, pcie, throttling, value
 from diagnosis.findings import (
     HEALTHY,
     INSUFFICIENT_DATA,
@@ -201,10 +201,14 @@ def _where(incident: Incident) -> str:
 
 
 # states of the hardware judged where they hold: over the end of the window as well as all of it
-PRESENT_JUDGED = frozenset({"thermal_power_throttling", "pcie_bottleneck", "gpu_memory_pressure"})
+PRESENT_CHECKS = (throttling, pcie, memory)
+PRESENT_JUDGED = frozenset(c.ID for c in PRESENT_CHECKS)
 SEEN_NOW = "running_max"  # an engine with no sample of it at the end of the window is gone now
+# the end of the window is fetched for what those checks read, not for every GPU measure: on a
+# large fleet each GPU query reads every GPU's series (an XID or a health watch is judged over
+# the whole window; its end adds nothing)
 PRESENT_MEASURES = (
-    *(m for m in MEASURES if m.entity is Entity.GPU),
+    *(m for m in MEASURES if m.entity is Entity.GPU and any(m.name in c.READS for c in PRESENT_CHECKS)),
     BY_NAME[SEEN_NOW],
     *(BY_NAME[n] for n in SHAPES),  # the latency distributions' shapes at the end (Context.shape)
 )
@@ -225,8 +229,8 @@ def _present_findings(
         now = {entity_key(v.labels, Entity.ENGINE) for v in present.values[SEEN_NOW]}
         ctx.gone += [labels_of(view) for key, view in ctx.engines.items() if SEEN_NOW in view and key not in now]
     out = []
-    for finding in (f for check in all_checks() for f in check(ctx)):
-        if finding.id in PRESENT_JUDGED and (finding.id, finding.scope) not in seen:
+    for finding in (f for check in PRESENT_CHECKS for f in check.check(ctx)):
+        if (finding.id, finding.scope) not in seen:
             finding.summary = finding.summary.rstrip(".") + " (at the end of the window; its mean dilutes it)."
             seen.add((finding.id, finding.scope))
             out.append(finding)

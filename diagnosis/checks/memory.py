@@ -14,6 +14,10 @@ from kvscope import catalog
 from kvscope import thresholds as t
 from kvscope.promql import Selector, metric
 
+ID = "gpu_memory_pressure"
+# the measures judge() reads: what the end of the window is fetched for
+READS = ("fb_used_max", "fb_free_min", "fb_reserved", "fb_used_slope")
+
 
 def check(ctx: Context) -> list[Finding]:
     margin = ctx.limit(t.GPU_MEMORY_OVER_BUDGET)
@@ -95,4 +99,4 @@ def check(ctx: Context) -> list[Finding]:
             ],
         )
 
-    return scoped_findings("gpu_memory_pressure", ctx.gpus.values(), judge, describe, ctx)
+    return scoped_findings(ID, ctx.gpus.values(), judge, describe, ctx)

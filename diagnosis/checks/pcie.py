@@ -8,6 +8,19 @@ from diagnosis.findings import Evidence, Finding, Severity
 from kvscope import thresholds as t
 from kvscope.gpu_models import pcie_capacity
 
+ID = "pcie_bottleneck"
+# the measures judge() reads: what the end of the window is fetched for
+READS = (
+    "pcie_gen",
+    "pcie_width",
+    "pcie_max_gen",
+    "pcie_max_width",
+    "pcie_capacity",
+    "pcie_tx_avg",
+    "pcie_rx_avg",
+    "pcie_replay_rate",
+)
+
 
 def check(ctx: Context) -> list[Finding]:
     saturation = ctx.limit(t.PCIE_SATURATION)
@@ -75,4 +88,4 @@ def check(ctx: Context) -> list[Finding]:
             ),
         )
 
-    return scoped_findings("pcie_bottleneck", ctx.gpus.values(), judge, describe, ctx)
+    return scoped_findings(ID, ctx.gpus.values(), judge, describe, ctx)

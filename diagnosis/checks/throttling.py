@@ -3,10 +3,28 @@ GPU is busy (seed 004: the BMC cut 1.4 to 1.1 GHz, P99 jitter followed)."""
 
 from __future__ import annotations
 
-from diagnosis.checks import Context, Hit, Parts, View, evidence, labels_of, scoped_findings, value
+from diagnosis.checks import UTIL_READS, Context, Hit, Parts, View, evidence, labels_of, scoped_findings, value
 from diagnosis.findings import Evidence, Finding, Severity
 from kvscope import thresholds as t
 from kvscope.catalog import CLOCK_EVENT_REASONS, THROTTLE_REASONS
+
+ID = "thermal_power_throttling"
+# the measures judge() reads (with Context.util's): what the end of the window is fetched for
+READS = (
+    "sm_clock_avg",
+    "app_sm_clock",
+    "max_sm_clock",
+    "power_avg",
+    "power_limit",
+    "temp_max",
+    "slowdown_temp",
+    "throttle_active",
+    "clock_reasons",
+    "clock_events",
+    "power_violation",
+    "thermal_violation",
+    *UTIL_READS,
+)
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -97,7 +115,7 @@ def check(ctx: Context) -> list[Finding]:
             ),
         )
 
-    return scoped_findings("thermal_power_throttling", ctx.gpus.values(), judge, describe, ctx)
+    return scoped_findings(ID, ctx.gpus.values(), judge, describe, ctx)
 
 
 def _active_reasons(view: View, share_limit: float) -> set[str]:
