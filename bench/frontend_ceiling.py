@@ -50,7 +50,10 @@ from serving.demo_model import SERVED_NAME, ensure_demo_model
 SERVERS = ("bare", "default", "tuned")  # measured by default; the first is the reference
 # kvscope serve with its gateway stepped over (uvicorn serves vLLM's app): what the rest of the
 # process costs (stat logger, metrics, set-up), apart from the gateway's request path
-KNOWN = (*SERVERS, "passthrough")
+# the tuned one with one trace in ten kept (OpenTelemetry's standard sampler variables, which the
+# gateway's tracer and vLLM's both read): what tracing every request costs
+KNOWN = (*SERVERS, "passthrough", "tuned-sampled")
+TRACE_RATIO = 0.1
 API_KEY = "sk-bench-1"
 PROMPT_WORDS = 24  # about 32 tokens of the demo model, as vllm-project/vllm#43469's (32, 512) input
 
@@ -136,8 +139,10 @@ def start(which: str, workdir: Path, chunk: int, otlp: str) -> ServerProcess:
     config = workdir / "kvscope.yaml"
     config.write_text(TUNED_CONFIG)
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp, "OTEL_METRIC_EXPORT_INTERVAL": "5000"}
+    if which == "tuned-sampled":
+        env |= {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": str(TRACE_RATIO)}
     argv = [*mock, "kvscope", *where, "--profile", "tuned", "--config", str(config)]
-    return start_process("kvscope serve --profile tuned (mock engine)", argv, url, log, env)
+    return start_process(f"kvscope serve --profile tuned ({which}, mock engine)", argv, url, log, env)
 
 
 async def _one(session: Any, url: str, body: dict[str, Any], stream: bool) -> float | None:
@@ -519,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
         type=lambda text: [part.strip() for part in text.split(",")],
         default=list(SERVERS),
         help=f"servers to measure, bare first (default {','.join(SERVERS)}; also passthrough: kvscope serve "
-        "with its gateway stepped over)",
+        f"with its gateway stepped over; tuned-sampled: tuned with {TRACE_RATIO:g} of the traces kept)",
     )
     parser.add_argument("--smoke", action="store_true", help="one round, one shape, a few requests (CI)")
     parser.add_argument("--json", type=Path, help="also write the result here")
