@@ -202,7 +202,6 @@ def _where(incident: Incident) -> str:
 
 # states of the hardware judged where they hold: over the end of the window as well as all of it
 PRESENT_CHECKS = (throttling, pcie, memory)
-PRESENT_JUDGED = frozenset(c.ID for c in PRESENT_CHECKS)
 SEEN_NOW = "running_max"  # an engine with no sample of it at the end of the window is gone now
 # the end of the window is fetched for what those checks read, not for every GPU measure: on a
 # large fleet each GPU query reads every GPU's series (an XID or a health watch is judged over

@@ -195,8 +195,8 @@ def server_key(labels: dict[str, str]) -> tuple[str, ...]:
 
 
 SERVER_LABELS = ("instance", "target", "pod")
-# the quantiles whose ratios are a distribution's shape (Context.shape)
 UTIL_READS = ("gr_active_avg", "gpu_util_avg")  # what Context.util reads
+# the quantiles whose ratios are a distribution's shape (Context.shape)
 SHAPES = ("ttft_p50", "ttft_p99", "itl_p50", "itl_p99")
 
 
