@@ -26,6 +26,7 @@ from serving.admission import AdmissionPolicy
 from serving.demo_model import SERVED_NAME, ensure_demo_model, synthetic_text
 from serving.gateway import Gateway
 from serving.gateway_config import GatewayConfig
+from serving.inline_render import INLINE_RENDER_CHARS
 from serving.metrics import ServingMetrics
 from serving.prompts import Counted, VllmCounter, offline_renderer
 from serving.quota import TenantQuotas
@@ -180,8 +181,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--prompt-words", type=int, default=100, help="words of each prompt (100: ~128 tokens)")
     parser.add_argument("--stream-tokens", type=int, default=64, help="tokens of each streamed answer (0: none)")
+    parser.add_argument(
+        "--inline-chars",
+        type=int,
+        default=INLINE_RENDER_CHARS,
+        help=f"prompts of at most this many characters rendered in place (default {INLINE_RENDER_CHARS}; "
+        "0: all in vLLM's thread pool, as vLLM does)",
+    )
     args = parser.parse_args()
-    counter = VllmCounter(offline_renderer(str(ensure_demo_model()), kv_cache_memory_bytes=1 << 30))
+    renderer = offline_renderer(str(ensure_demo_model()), args.inline_chars, kv_cache_memory_bytes=1 << 30)
+    counter = VllmCounter(renderer)
     bodies = _bodies(args.prompt_words)
     counted = {name: _count(counter, name, body) for name, (_, body) in bodies.items()}
     rendered, own = _gateway(counter), _gateway(_Precounted(counted))

@@ -52,7 +52,7 @@ SERVERS = ("bare", "default", "tuned")  # measured by default; the first is the 
 # process costs (stat logger, metrics, set-up), apart from the gateway's request path
 # the tuned one with one trace in ten kept (OpenTelemetry's standard sampler variables, which the
 # gateway's tracer and vLLM's both read): what tracing every request costs
-KNOWN = (*SERVERS, "passthrough", "tuned-sampled")
+KNOWN = (*SERVERS, "passthrough", "offload", "tuned-sampled")
 TRACE_RATIO = 0.1
 API_KEY = "sk-bench-1"
 PROMPT_WORDS = 24  # about 32 tokens of the demo model, as vllm-project/vllm#43469's (32, 512) input
@@ -136,6 +136,11 @@ def start(which: str, workdir: Path, chunk: int, otlp: str) -> ServerProcess:
         return start_process(
             f"kvscope serve ({which}, mock engine)", [*mock, *skip, "kvscope", *where, "--profile", "default"], url, log
         )
+    if which == "offload":
+        offload = workdir / "offload.yaml"
+        offload.write_text("gateway:\n  inline_render_chars: 0\n")
+        argv = [*mock, "kvscope", *where, "--profile", "default", "--config", str(offload)]
+        return start_process("kvscope serve (default, every render offloaded, mock engine)", argv, url, log)
     config = workdir / "kvscope.yaml"
     config.write_text(TUNED_CONFIG)
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp, "OTEL_METRIC_EXPORT_INTERVAL": "5000"}
@@ -524,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
         type=lambda text: [part.strip() for part in text.split(",")],
         default=list(SERVERS),
         help=f"servers to measure, bare first (default {','.join(SERVERS)}; also passthrough: kvscope serve "
-        f"with its gateway stepped over; tuned-sampled: tuned with {TRACE_RATIO:g} of the traces kept)",
+        f"with its gateway stepped over; offload: default with every render on vLLM's thread pool; tuned-sampled: tuned with {TRACE_RATIO:g} of the traces kept)",
     )
     parser.add_argument("--smoke", action="store_true", help="one round, one shape, a few requests (CI)")
     parser.add_argument("--json", type=Path, help="also write the result here")

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from kvscope import config, tuning
 from kvscope.config import ConfigError
+from serving.inline_render import INLINE_RENDER_CHARS
 
 ANONYMOUS = "anonymous"
 QUOTA_PASSWORD_ENV = "KVSCOPE_QUOTA_REDIS_PASSWORD"
@@ -177,6 +178,13 @@ class GatewayConfig(_Strict):
     max_body_bytes: int = Field(16 << 20, ge=1024, le=1 << 30)
     max_json_depth: int = Field(64, ge=8, le=1000, description="deepest nesting a request body may have")
     prefix_hit_window_seconds: float = Field(60.0, gt=0)
+    inline_render_chars: int = Field(
+        INLINE_RENDER_CHARS,
+        ge=0,
+        le=1 << 20,
+        description="prompts of at most this many characters are rendered on the event loop, longer ones in "
+        "vLLM's thread pool (0: every one there, as vLLM does)",
+    )
     admin_keys: tuple[str, ...] = Field((), description="keys for admin and dev routes (none: they are 404)")
     metrics_token: str | None = Field(None, description="a bearer token /metrics asks for (None: open)")
     # Shared quotas (serving/quota_redis.py): every replica's buckets in one Redis.

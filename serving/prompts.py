@@ -6,9 +6,11 @@ engine will get them, and a part the model cannot take is a 400. The ids go on t
 then skips its own tokenisation: completions as `prompt`, chat and Anthropic Messages (which
 vLLM converts to a chat request, kv_transfer_params kept) as the token reuse vLLM offers for
 disaggregated serving (`kv_transfer_params.prompt_token_ids`), so a prompt is tokenised once.
-Responses has no such reuse in vLLM 0.32 (its renderer reads no ids): rendered twice, at the
-measured cost in docs/benchmarks.md. Tests use the tokenizer counter, which renders the same fields with the tokenizer's
-chat template.
+Responses has no such reuse in vLLM 0.32 (its renderer reads no ids): rendered twice, the
+second render about 0.56 ms of CPU for 148 tokens (docs/benchmarks.md, Admission CPU). Short
+prompts are rendered on the event loop, long ones in vLLM's pool (serving/inline_render.py).
+Tests use the tokenizer counter, which renders the same fields with the tokenizer's chat
+template.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from types import SimpleNamespace
 from typing import Any, Protocol
 
 from serving.errors import Rejection
+from serving.inline_render import INLINE_RENDER_CHARS, inline_short_renders
 from serving.pooling_prompts import Encode, count_pooling
 from serving.routes import Shape
 
@@ -310,15 +313,17 @@ def canonical(body: dict[str, Any]) -> bytes:
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def offline_renderer(model: str, **engine_args: Any) -> Any:
-    """vLLM's OnlineRenderer for `model` as `kvscope serve` sets it up, without starting an
-    engine: what tests and the admission benchmark count with."""
+def offline_renderer(model: str, inline_chars: int = INLINE_RENDER_CHARS, **engine_args: Any) -> Any:
+    """vLLM's OnlineRenderer for `model` as `kvscope serve` sets it up (short prompts rendered in
+    place, serving/inline_render.py), without starting an engine: what tests and the admission
+    benchmark count with."""
     from vllm.engine.arg_utils import EngineArgs
     from vllm.renderers import renderer_from_config
     from vllm.renderers.online_renderer import OnlineRenderer
 
     config = EngineArgs(model=model, **engine_args).create_engine_config()
     renderer = renderer_from_config(config)
+    inline_short_renders(renderer, inline_chars)
     return OnlineRenderer(
         config.model_config, renderer, request_logger=None, chat_template=None, chat_template_content_format="auto"
     )

@@ -31,6 +31,7 @@ from serving.demo_model import SERVED_NAME, ensure_demo_model
 from serving.gateway import Gateway
 from serving.gateway_config import ConfigError, GatewayConfig, load_gateway_config
 from serving.hardware import Hardware, detect
+from serving.inline_render import inline_short_renders
 from serving.metrics import ServingMetrics
 from serving.profiles import (
     Effective,
@@ -194,6 +195,10 @@ async def serve(prepared: Prepared, options: ServeOptions) -> int:
         supported_tasks = await engine.get_supported_tasks()
         app = build_app(args, supported_tasks, engine.model_config)
         await init_app_state(engine, app.state, args, supported_tasks)
+        online = app.state.online_renderer
+        limit = prepared.gateway_config.inline_render_chars
+        if swapped := inline_short_renders(online.renderer, limit, online.chat_template):
+            log.info("prompts of at most %d characters rendered in place (%s)", limit, ", ".join(swapped))
         model_name = vllm_config.model_config.served_model_name
         policy = AdmissionPolicy(
             prepared.gateway_config,
@@ -209,7 +214,7 @@ async def serve(prepared: Prepared, options: ServeOptions) -> int:
         gateway = Gateway(
             app,
             policy=policy,
-            counter=VllmCounter(app.state.online_renderer),
+            counter=VllmCounter(online),
             metrics=metrics,
             tags=tags,
             abort=engine.abort,

@@ -51,6 +51,8 @@ def test_anonymous_tier_admits_requests_without_a_key():
         ("gateway: {tiers: {a: [", "not valid YAML"),
         ("gateway: {qos: {classes: [{name: a, max_prompt_tokens: 10, delay_ms: 0}]}}", "catch-all"),
         ("tiers: {a: {}}", "'tiers' is a gateway setting: put it under 'gateway:'"),
+        ("gateway: {inline_render_chars: -1}", "gateway: inline_render_chars"),
+        ("gateway: {inline_render_chars: 10000000}", "gateway: inline_render_chars"),
     ],
 )
 def test_bad_files_get_one_line_errors(tmp_path, text, message):
@@ -59,6 +61,13 @@ def test_bad_files_get_one_line_errors(tmp_path, text, message):
     with pytest.raises(ConfigError) as error:
         load_gateway_config(path)
     assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_inline_render_defaults_on_and_zero_turns_it_off(tmp_path):
+    assert load_gateway_config(None).inline_render_chars > 0
+    path = tmp_path / "g.yaml"
+    path.write_text("gateway: {inline_render_chars: 0}")
+    assert load_gateway_config(path).inline_render_chars == 0
 
 
 def test_a_missing_file_is_a_config_error(tmp_path):
