@@ -50,6 +50,8 @@ from serving.demo_model import SERVED_NAME, ensure_demo_model
 SERVERS = ("bare", "default", "tuned")  # measured by default; the first is the reference
 # kvscope serve with its gateway stepped over (uvicorn serves vLLM's app): what the rest of the
 # process costs (stat logger, metrics, set-up), apart from the gateway's request path
+# the default one with every render in vLLM's thread pool (inline_render_chars 0): what rendering
+# short prompts in place gains
 # the tuned one with one trace in ten kept (OpenTelemetry's standard sampler variables, which the
 # gateway's tracer and vLLM's both read): what tracing every request costs
 KNOWN = (*SERVERS, "passthrough", "offload", "tuned-sampled")
