@@ -17,7 +17,7 @@ from drill.report_dir import ReportDir
 from drill.results import ProfileRun, comparison_rows, markdown_table
 from drill.scenarios import Scenario
 from kvscope import thresholds as t
-from kvscope.durations import scaled
+from kvscope.durations import format_duration, scaled
 from kvscope.thresholds import DEFAULTS, Thresholds
 
 _PANELS = (
@@ -161,6 +161,7 @@ def write(
     runs: Sequence[ProfileRun],
     *,
     speedup: float,
+    min_range: float,
     command: str,
     passed: bool,
     verdict: str,
@@ -182,7 +183,8 @@ def write(
         f"- {calibration.line() if calibration else 'calibration: none'}",
         f"- Expected: {scenario.expectation()}.",
         f"- Alert rules: `alerts/kvscope-rules.yaml` with every duration divided by {speedup:g} "
-        f"(`for: 5m` waits {scaled('5m', speedup)}) so alerts fire within a short drill.",
+        f"(`for: 5m` waits {scaled('5m', speedup)}) so alerts fire within a short drill; range windows of "
+        f"{format_duration(min_range)} at least (five scrapes, and two of the scenario's burst periods).",
         f"- Result: **{verdict}**",
         f"- Reproduce: `{command}`",
         "",
@@ -223,6 +225,7 @@ def write(
                     for p in scenario.parts
                 ],
                 "alert_speedup": speedup,
+                "alert_min_range_s": min_range,
                 "passed": passed,
                 "verdict": verdict,
                 "calibration": calibration.record() if calibration else None,

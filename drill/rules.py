@@ -5,6 +5,12 @@ minutes. A drill loads the very rules `kvscope alerts build` generates from the 
 with every duration (`for:`, range windows, subquery steps, offsets) divided by the same
 factor, so each alert keeps its shape and thresholds and only its clock runs faster. The
 report states the factor.
+
+A range window is never shorter than five scrapes, nor than PERIODS_PER_WINDOW of the scenario's
+own period (the spacing of its bursts): in production a 5m window holds twenty bursts that come
+15 s apart, and its p99 is their steady state; compressed 20x to 15 s it would hold one, the
+quantile would rise as a burst's backlog finishes and fall before `for:` had passed, and a
+slower engine, whose bursts the calibration spaces wider, would never be alerted on.
 """
 
 from __future__ import annotations
@@ -19,19 +25,32 @@ from kvscope.config import Config
 from kvscope.durations import format_duration, parse_duration
 from kvscope.promql import scale_durations
 
+PERIODS_PER_WINDOW = 2  # a compressed range window holds at least this many of the scenario's periods
 
-def compress(rules: dict[str, Any], speedup: float, scrape_interval: float) -> dict[str, Any]:
-    """A copy of a rule-file document with its clock running `speedup` times faster."""
+
+def min_range(scrape_interval: float, period: float | None = None) -> float:
+    """The shortest range window a compressed rule keeps, in seconds: five scrapes, and
+    PERIODS_PER_WINDOW of the scenario's `period` (seconds between its bursts; None: none)."""
+    return max(5 * scrape_interval, PERIODS_PER_WINDOW * (period or 0.0))
+
+
+def compress(
+    rules: dict[str, Any], speedup: float, scrape_interval: float, period: float | None = None
+) -> dict[str, Any]:
+    """A copy of a rule-file document with its clock running `speedup` times faster; range
+    windows no shorter than min_range(scrape_interval, period)."""
     if speedup < 1:
         raise ValueError(f"the alert speed-up must be at least 1, not {speedup:g}")
-    min_range, min_step = 5 * scrape_interval, scrape_interval
+    if period is not None and period <= 0:
+        raise ValueError(f"the scenario's period must be positive, not {period:g}")
+    shortest, min_step = min_range(scrape_interval, period), scrape_interval
     groups = []
     for group in rules["groups"]:
         out_rules = []
         for rule in group["rules"]:
             rule = dict(rule)
             if speedup != 1:
-                rule["expr"] = scale_durations(rule["expr"], speedup, min_range, min_step)
+                rule["expr"] = scale_durations(rule["expr"], speedup, shortest, min_step)
                 if "for" in rule:
                     rule["for"] = format_duration(parse_duration(rule["for"]) / speedup)
             out_rules.append(rule)
@@ -39,9 +58,11 @@ def compress(rules: dict[str, Any], speedup: float, scrape_interval: float) -> d
     return {"groups": groups}
 
 
-def write(path: Path, speedup: float, scrape_interval: float, config: Config | None = None) -> Path:
+def write(
+    path: Path, speedup: float, scrape_interval: float, config: Config | None = None, period: float | None = None
+) -> Path:
     """The rules `kvscope alerts build` makes from `config`, compressed, written to `path`."""
     rules, _ = build.build_rules(config)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(compress(rules, speedup, scrape_interval), sort_keys=False, width=1000))
+    path.write_text(yaml.safe_dump(compress(rules, speedup, scrape_interval, period), sort_keys=False, width=1000))
     return path

@@ -110,6 +110,19 @@ class Calibrating:
     calibration: Calibration | None = None
 
     @property
+    def period(self) -> float | None:
+        """Seconds between the scenario's bursts on this engine (None: no bursts, or not yet
+        calibrated): the rules' range windows hold several (rules.min_range)."""
+        count, every = self.options.scenario.bursts
+        if not count or self.calibration is None:
+            return None
+        return self.calibration.burst_every(count, every)
+
+    def min_range(self) -> float:
+        """The rules' shortest range window, in seconds, on this engine."""
+        return drill_rules.min_range(self.options.scrape_interval, self.period)
+
+    @property
     def pool(self) -> int | None:
         if self.calibration is not None:
             return self.calibration.kv_pool_tokens
@@ -141,7 +154,7 @@ class Calibrating:
             assert self.config.path is not None
             self.config = drill_config.write(self.config.path, options.config, self.calibration.latency_scale)
             self.console.print(drill_config.described(self.config, self.calibration.latency_scale), highlight=False)
-            drill_rules.write(self.rules, options.speedup, options.scrape_interval, self.config)
+            drill_rules.write(self.rules, options.speedup, options.scrape_interval, self.config, self.period)
             if self.calibration.kv_pool_tokens != started_with:
                 raise PoolChangedError
 
@@ -314,6 +327,7 @@ def _run_profile(
         scrape_interval=format_duration(options.scrape_interval),
         config=calibrating.config.path,
         speedup=options.speedup,
+        min_range=calibrating.min_range,
         on_serve_ready=calibrating.on_serve_ready(profile, pool),
     ) as st:
         oncall = (
@@ -344,9 +358,7 @@ def _segment(
 ) -> Segment:
     assert calibrating.calibration is not None
     calibration = calibrating.calibration
-    count, every = scenario.bursts
-    spacing = calibration.burst_every(count, every) if count else None
-    phases = scenario.phases(calibration.rate, options.duration, spacing)
+    phases = scenario.phases(calibration.rate, options.duration, calibrating.period)
     driver = Driver(st.serve.base_url, _served_model(st.serve.base_url), seed=11)
     alerts = observe.AlertLog()
     monitor = Monitor(console, st, driver, profile, alerts)
@@ -354,7 +366,7 @@ def _segment(
     time.sleep(2 * options.scrape_interval + 1)  # the last scrape and rule evaluation
     monitor.poll()
     ended = time.time()
-    window = scaled("5m", options.speedup, 5 * options.scrape_interval)  # the rules' rate window
+    window = scaled("5m", options.speedup, calibrating.min_range())  # the rules' rate window
     series = observe.series(st.api, started, ended, options.scrape_interval, window)
     span = format_duration(ended - started)
     peak = max((v for _, v in series.kv_usage), default=None)
@@ -569,6 +581,7 @@ def _conclude(
         scenario,
         runs,
         speedup=options.speedup,
+        min_range=calibrating.min_range(),
         command=options.command or "kvscope drill " + shlex.quote(scenario.name),
         passed=not problems,
         verdict=verdict,

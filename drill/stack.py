@@ -82,11 +82,13 @@ def started(
     gpus: int = EMULATED_GPUS,
     config: Path | None = None,
     speedup: float = 1.0,
+    min_range: Callable[[], float] | None = None,
     on_serve_ready: ServeReady | None = None,
 ) -> Iterator[Stack]:
     """Start the processes (serve first: the exporter follows it; the on-call path before the
     Prometheus that alerts it) and stop them all on exit. `speedup`: the rules' compression,
-    which the webhook's diagnosis windows follow."""
+    which the webhook's diagnosis windows follow; `min_range`: their shortest window in seconds,
+    asked once the serve is ready (a drill's calibration sets it; None: five scrapes)."""
     workdir.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
         serve = kvscope_server(
@@ -116,7 +118,7 @@ def started(
         if on_call_available():
             # the diagnosis `kvscope diagnose --listen` runs by default (30m window, 5m recent,
             # 2m after the start), on the rules' clock
-            floor = 5 * parse_duration(scrape_interval)
+            floor = min_range() if min_range is not None else 5 * parse_duration(scrape_interval)
             oncall = stack.enter_context(
                 alertmanager.on_call(
                     workdir / "oncall",

@@ -207,6 +207,7 @@ def test_the_report_has_a_summary_results_and_readable_plots(tmp_path):
         scenarios.get("kv-avalanche"),
         runs,
         speedup=20,
+        min_range=33,
         command="kvscope drill x",
         passed=True,
         verdict="passed",
@@ -214,7 +215,9 @@ def test_the_report_has_a_summary_results_and_readable_plots(tmp_path):
     text = summary.read_text()
     assert "| preemptions | 29 | 8 |" in text and "![default](default.png)" in text
     assert "+12 s `VLLMKVCacheExhausted`" in text
+    assert "range windows of 33s at least" in text
     results = json.loads((tmp_path / "results.json").read_text())
+    assert results["alert_min_range_s"] == 33
     assert results["profiles"]["default"]["alerts_fired"] == {"VLLMKVCacheExhausted": 12.0}
     for name in ("default.png", "tuned.png"):
         image = matplotlib.image.imread(tmp_path / name)
@@ -393,3 +396,77 @@ def test_a_drill_opens_no_slo_ticket_before_its_window_fills(tmp_path):
         [binary("promtool"), "test", "rules", str(tmp_path / "t.yaml")], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_compressed_windows_hold_two_of_the_scenarios_periods():
+    source, _ = build.build_rules()
+    spaced = rules.compress(source, 20, scrape_interval=2, period=16.5)
+    alerts = {r["alert"]: r for g in spaced["groups"] for r in g["rules"] if "alert" in r}
+    assert "[33s]" in alerts["VLLMQueueTimeHigh"]["expr"] and "[15s]" not in alerts["VLLMQueueTimeHigh"]["expr"]
+    assert alerts["VLLMQueueTimeHigh"]["for"] == "15s"  # only the windows widen; `for` keeps the clock
+    assert rules.min_range(2) == 10 and rules.min_range(2, 3) == 10 and rules.min_range(2, 16.5) == 33
+    with pytest.raises(ValueError, match="positive"):
+        rules.compress(source, 20, 2, period=0)
+
+
+def _queue_time_bursts(every_steps: int, steps: int) -> list[dict[str, str]]:
+    """vLLM's queue-time histogram, scraped every 2 s: 10 requests a scrape wait under 1 s; from
+    the tenth scrape, every `every_steps` scrapes a burst of long prompts blocks the engine for
+    three scrapes (nothing finishes), then its backlog of 30 finishes at once, each having
+    waited 1-10 s."""
+    from alerts import definitions as d
+    from kvscope import catalog
+    from kvscope.config import Config
+
+    fast, slow = [0], [0]
+    for step in range(1, steps):
+        phase = (step - 10) % every_steps if step >= 10 else None
+        blocked = phase is not None and 1 <= phase <= 3
+        backlog = 30 if phase == 4 else 0
+        fast.append(fast[-1] + (0 if blocked else 10))
+        slow.append(slow[-1] + backlog)
+    fx = d.Fixtures(Config())
+    cumulative = {"1": fast, "10": [a + b for a, b in zip(fast, slow, strict=True)]}
+    cumulative["+Inf"] = cumulative["10"]
+    out = [
+        {"series": fx.engine(catalog.VLLM_QUEUE_TIME, "_bucket", le=le), "values": " ".join(map(str, values))}
+        for le, values in cumulative.items()
+    ]
+    out.append(
+        {"series": fx.engine(catalog.VLLM_QUEUE_TIME, "_count"), "values": " ".join(map(str, cumulative["+Inf"]))}
+    )
+    return out
+
+
+@pytest.mark.parametrize(("period", "fires"), [(None, False), (18.0, True)])
+def test_queue_time_alert_fires_on_bursts_spaced_wider_than_the_compressed_window(tmp_path, period, fires):
+    # prefill-hol on a loaded machine (CI with a CPU hog): the calibration spaced the bursts
+    # 16.5 s apart, the 20x-compressed window was 15 s, each burst's backlog left the window
+    # before `for: 15s` had passed, and neither latency alert fired although queue p99 was 9 s.
+    # With the windows holding two periods the backlogs overlap and the alert fires.
+    fast = rules.compress(build.build_rules()[0], 20, scrape_interval=2, period=period)
+    path = tmp_path / "drill.yaml"
+    path.write_text(yaml.safe_dump(fast, sort_keys=False, width=1000))
+    firing = 'count(ALERTS{alertname="VLLMQueueTimeHigh", alertstate="firing"})'
+    pending = 'count(ALERTS{alertname="VLLMQueueTimeHigh", alertstate="pending"})'
+    # the first backlog finishes at 28 s: pending from there on both ways; firing 16 s later
+    # (`for: 15s` on a 2 s evaluation) only where the window holds the next backlog too
+    checks = [{"expr": pending, "eval_time": "30s", "exp_samples": [{"labels": "{}", "value": 1}]}]
+    checks += [
+        {
+            "expr": firing,
+            "eval_time": f"{t}s",
+            "exp_samples": [{"labels": "{}", "value": 1}] if fires and t >= 44 else [],
+        }
+        for t in range(20, 120, 2)
+    ]
+    test = {
+        "rule_files": [str(path)],
+        "evaluation_interval": "2s",
+        "tests": [{"interval": "2s", "input_series": _queue_time_bursts(9, 60), "promql_expr_test": checks}],
+    }
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(test, sort_keys=False, width=1000))
+    result = subprocess.run(
+        [binary("promtool"), "test", "rules", str(tmp_path / "t.yaml")], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]

@@ -95,6 +95,7 @@ def test_the_drill_report_shows_the_notification_that_reached_the_receiver(tmp_p
         scenarios.get("gpu-xid"),
         runs,
         speedup=20,
+        min_range=10,
         command="kvscope drill gpu-xid",
         passed=True,
         verdict="passed",
