@@ -172,11 +172,19 @@ async def _one(session: Any, url: str, body: dict[str, Any], stream: bool) -> fl
     return time.perf_counter() - began
 
 
-def _prompts(count: int, seed: int) -> list[str]:
+def _prompts(count: int, seed: int, words: int = PROMPT_WORDS) -> list[str]:
     from serving.demo_model import synthetic_text
 
     rng = random.Random(seed)
-    return [synthetic_text(rng, PROMPT_WORDS) for _ in range(count)]
+    return [synthetic_text(rng, words) for _ in range(count)]
+
+
+def resident_mib(pid: int) -> float:
+    """The server's resident memory (VmRSS), MiB: what a round left held."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 async def _closed(base: str, shape: Shape, prompts: list[str], concurrency: int, max_tokens: int) -> dict[str, Any]:
@@ -238,6 +246,7 @@ def ceiling(
         "cpu_ms_per_request": 1000 * cpu / max(run["completed"], 1),
         "completed": run["completed"],
         "failed": run["failed"],
+        "rss_mib": resident_mib(server.pid),
     }
 
 
@@ -266,7 +275,7 @@ def measure(servers: dict[str, ServerProcess], args: argparse.Namespace) -> dict
     shapes = SHAPES[:1] if args.smoke else [s for s in SHAPES if s.key in args.shapes]
     for i in range(args.rounds):
         for n, shape in enumerate(shapes):
-            prompts = _prompts(args.requests, seed=1000 * i + n)
+            prompts = _prompts(args.requests, seed=1000 * i + n, words=args.prompt_words)
             warm = prompts[: max(4, args.concurrency)]
             order = names[i % len(names) :] + names[: i % len(names)]  # rotate who goes first
             row: dict[str, Any] = {}
@@ -299,6 +308,7 @@ def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
             "p50_delta_ms": paired([r[which]["half"]["p50_ms"] - r["bare"]["half"]["p50_ms"] for r in rounds]),
             "p99_delta_ms": paired([r[which]["half"]["p99_ms"] - r["bare"]["half"]["p99_ms"] for r in rounds]),
         }
+    out["rss_mib"] = {w: [r[w]["ceiling"]["rss_mib"] for r in rounds] for w in measured}  # after each round
     out["failed"] = sum(r[w][part]["failed"] for r in rounds for w in measured for part in ("ceiling", "half"))
     return out
 
@@ -521,6 +531,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=64, help="output tokens per request (default 64)")
     parser.add_argument("--chunk", type=int, default=1, help="tokens per engine step (default 1, as #43469)")
     parser.add_argument(
+        "--prompt-words", type=int, default=PROMPT_WORDS, help=f"words per prompt (default {PROMPT_WORDS}, ~32 tokens)"
+    )
+    parser.add_argument(
         "--shapes",
         type=lambda text: [part.strip() for part in text.split(",")],
         default=[s.key for s in SHAPES],
@@ -568,6 +581,12 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(text)
     print()
     print(table(result, args.rounds))
+    for shape in SHAPES:
+        if shape.name in result:
+            held = "; ".join(
+                f"{w} {', '.join(f'{m:.0f}' for m in v)}" for w, v in result[shape.name]["rss_mib"].items()
+            )
+            print(f"resident memory after each round, {shape.name} (MiB): {held}")
     failed = sum(v.get("failed", 0) for k, v in result.items() if k in {s.name for s in SHAPES})
     return 0 if failed == 0 else 1
 

@@ -48,7 +48,7 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 log = logging.getLogger("kvscope.serve")
-TAG_RETENTION_SECONDS = 60.0  # finished-request stats can trail the response a little
+TAG_RETENTION_SECONDS = 60.0  # how long a tag waits for stats still to come after its response
 SPAN_WAIT_SECONDS = 5.0
 RESPONSES_TURNS = 8  # the Responses API's engine requests are resp_<id>_0, _1, ...: the turns charged
 _UNKNOWN_TENANT = "unknown"
@@ -179,6 +179,7 @@ class _Exchange:
     reservation: Reservation | None = None  # what the shared quota backend holds for it
     streamed: int = 0  # SSE events that carried generated output (what a disconnect is charged)
     span_ended: bool = field(default=False, repr=False)
+    settled: bool = False  # its response is over (what vLLM reports after it ends the tag)
 
     @property
     def engine_ids(self) -> list[str]:
@@ -694,6 +695,8 @@ class Gateway:
                 bucket.charge(part.generation_tokens)
         if exchange.done and len(exchange.tag.finished) >= exchange.expected_parts:
             self._end_span(exchange)
+            if exchange.settled:  # its stats trailed the response: nothing more to wait for
+                self.tags.pop(exchange.request_id)
 
     def _settle(self, exchange: _Exchange) -> None:
         """After the response: charge what the engine ran, refund the rest, end the span.
@@ -720,12 +723,17 @@ class Gateway:
                 bucket.refund(admission.reserved_tokens)
             elif cut_short:
                 bucket.refund(admission.reserved_tokens - prompt - exchange.streamed)
+        exchange.settled = True
         loop = asyncio.get_running_loop()
-        if exchange.status != 200 or len(exchange.tag.finished) >= exchange.expected_parts:
+        reported_all = len(exchange.tag.finished) >= exchange.expected_parts
+        if exchange.status != 200 or reported_all:
             self._end_span(exchange)
         else:
             loop.call_later(SPAN_WAIT_SECONDS, self._end_span, exchange)
-        loop.call_later(TAG_RETENTION_SECONDS, self.tags.pop, exchange.request_id)
+        if reported_all:  # the usual case: vLLM reported every part before the last byte went out
+            self.tags.pop(exchange.request_id)
+        else:  # parts still to come (or never, for a request aborted): kept a while for them
+            loop.call_later(TAG_RETENTION_SECONDS, self.tags.pop, exchange.request_id)
 
     def _end_span(self, exchange: _Exchange) -> None:
         if exchange.span_ended:

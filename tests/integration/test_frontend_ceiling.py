@@ -32,3 +32,7 @@ def test_smoke_mode_serves_every_request_bare_and_behind_both_gateways(tmp_path)
         assert shape[gateway]["req_per_s"] > 0
         assert shape[gateway]["cpu_ms"] > 0
     assert "| completions, streaming | tuned |" in done.stdout
+    # what each server holds after a round: a gateway that kept requests' state would grow here
+    assert set(shape["rss_mib"]) == {"bare", "default", "tuned"}
+    assert all(len(held) == 1 and held[0] > 0 for held in shape["rss_mib"].values())
+    assert "resident memory after each round, completions, streaming (MiB): bare " in done.stdout

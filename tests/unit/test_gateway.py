@@ -21,7 +21,7 @@ from serving.gateway_config import GatewayConfig
 from serving.metrics import ServingMetrics
 from serving.prompts import TokenizerCounter
 from serving.quota import TenantQuotas
-from serving.request_tags import RequestTags
+from serving.request_tags import FinishedPart, RequestTags
 
 KEY, ADMIN = "sk-acme", "sk-admin"
 CONFIG = {
@@ -320,6 +320,46 @@ def test_a_replayed_or_foreign_engine_id_refunds_nothing():
     assert gateway.tags.claim(f"cmpl-{request_id}-0-1a2b3c4d") is not None  # with the engine's suffix
     assert gateway.tags.claim(f"cmpl-{request_id}-0") is None  # a replay counts nothing
     assert gateway.tags.claim(f"cmpl-{request_id}-1") is None  # one prompt: there is no -1
+
+
+class _Reporting(_Engine):
+    """vLLM's app stand-in that, like vLLM, reports the request's finished part (the stat
+    logger's claim) before its last byte goes out."""
+
+    def __init__(self, tags: RequestTags) -> None:
+        super().__init__()
+        self.tags = tags
+
+    async def __call__(self, scope, receive, send) -> None:
+        async def reported(message) -> None:
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                (request_id,) = self.tags._tags
+                _report(self.tags, f"cmpl-{request_id}-0")
+            await send(message)
+
+        await super().__call__(scope, receive, reported)
+
+
+def _report(tags: RequestTags, engine_id: str) -> None:
+    tag = tags.claim(engine_id)
+    assert tag is not None and tag.on_finished is not None
+    part = FinishedPart("length", 3, 5, 5, 0.01, 0.05, 0.2, 0.06)
+    tag.finished.append(part)
+    tag.on_finished(part)
+
+
+def test_a_tag_is_dropped_once_its_parts_are_reported_not_kept_a_minute():
+    gateway, _ = _gateway()
+    gateway.app = _Reporting(gateway.tags)
+    assert _request(gateway, "POST", "/v1/completions", COMPLETION).status_code == 200
+    assert len(gateway.tags) == 0  # reported before the last byte, as vLLM does: nothing left to wait for
+
+    gateway, _ = _gateway()  # reported after the response: kept until the part arrives, then dropped
+    assert _request(gateway, "POST", "/v1/completions", COMPLETION).status_code == 200
+    (request_id,) = gateway.tags._tags
+    _report(gateway.tags, f"cmpl-{request_id}-0")
+    assert len(gateway.tags) == 0
+    assert gateway.tags.claim(f"cmpl-{request_id}-0") is None  # and a replay finds nothing
 
 
 class _Streamer:
