@@ -179,7 +179,7 @@ class _Exchange:
     reservation: Reservation | None = None  # what the shared quota backend holds for it
     streamed: int = 0  # SSE events that carried generated output (what a disconnect is charged)
     span_ended: bool = field(default=False, repr=False)
-    settled: bool = False  # its response is over (what vLLM reports after it ends the tag)
+    settled: bool = False  # its response is over: a part reported after it drops the tag
 
     @property
     def engine_ids(self) -> list[str]:
