@@ -197,7 +197,9 @@ class AdmissionPolicy:
             None if budget is None else self.quotas.bucket(tenant, budget),
             tokens,
         )
-        if (refused := refusal(tenant, tokens, taken, self.rate_headers(tenant, tier_name))) is not None:
+        if taken.refused is not None:  # headers read for a refusal only: an admitted request's come with its answer
+            refused = refusal(tenant, tokens, taken, self.rate_headers(tenant, tier_name))
+            assert refused is not None
             raise refused
 
     def rate_headers(self, tenant: str, tier_name: str) -> dict[str, str]:

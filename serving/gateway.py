@@ -310,6 +310,8 @@ class Gateway:
         self.abort = abort
         self.model_name = model_name
         self.tracer = tracer or trace.NoOpTracer()
+        self._untraced = isinstance(self.tracer, trace.NoOpTracer)
+        self._published: dict[str, tuple[int, Any]] = {}  # tenant -> the quota its gauges read
         self.genai = genai  # OpenTelemetry's GenAI metrics over OTLP (None: not configured)
         self.root_path = root_path.rstrip("/")
         self.mounted = mounted  # the route templates vLLM's app mounts for this model (None: all)
@@ -529,21 +531,7 @@ class Gateway:
         request_id = new_request_id()
         if shape is Shape.RESPONSES:  # the Responses API names its engine request after the body's id
             forwarded_body = {**forwarded_body, "request_id": f"resp_{request_id}"}
-        span = self.tracer.start_span(
-            f"POST {scope['path']}",
-            context=tracing.extract({k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}),
-            kind=trace.SpanKind.SERVER,
-            attributes={
-                "gen_ai.request.id": request_id,
-                "gen_ai.request.model": self.model_name,
-                "gen_ai.request.max_tokens": admission.max_tokens,
-                "gen_ai.usage.prompt_tokens": sum(admission.prompt_tokens),
-                "kvscope.tenant": tenant,
-                "kvscope.tier": tier,
-                "kvscope.qos_class": admission.qos_class,
-                "kvscope.priority": admission.priority,
-            },
-        )
+        span = self._span(scope, request_id, admission, tenant, tier)
         tag = RequestTag(tenant, tier, admission.qos_class, admission.priority, span)
         deadline = self.policy.config.tiers[tier].deadline_seconds
         exchange = _Exchange(request_id, shape, tenant, tier, admission, tag, deadline, reservation=reservation)
@@ -571,7 +559,8 @@ class Gateway:
             (b"content-length", str(len(body)).encode()),
             (b"x-request-id", request_id.encode()),
         ]
-        headers += [(k.encode(), v.encode()) for k, v in tracing.inject(span).items()]
+        if span is not trace.INVALID_SPAN:  # an invalid span injects nothing
+            headers += [(k.encode(), v.encode()) for k, v in tracing.inject(span).items()]
         receive_body = _replay(body, receive)
 
         async def send_tracked(message: Message) -> None:
@@ -605,16 +594,16 @@ class Gateway:
                 )
             await send(message)
 
-        self.metrics.requests.labels(tenant, tier, admission.qos_class).inc()
-        arrivals = self.metrics.admitted_prompt_tokens.labels(self.model_name)
+        self.metrics.child(self.metrics.requests, tenant, tier, admission.qos_class).inc()
+        arrivals = self.metrics.child(self.metrics.admitted_prompt_tokens, self.model_name)
         for prompt_tokens in admission.prompt_tokens:  # a batch of prompts is that many requests to vLLM
             arrivals.observe(prompt_tokens)
-        self.metrics.inflight.labels(tenant).inc()
+        self.metrics.child(self.metrics.inflight, tenant).inc()
         self._publish_quota(tenant, tier)
         self.inflight += 1
         forwarded = {**scope, "headers": headers}
         admitted = time.perf_counter()
-        self.metrics.gateway_seconds.labels(self.model_name).observe(admitted - arrived)
+        self.metrics.child(self.metrics.gateway_seconds, self.model_name).observe(admitted - arrived)
         lane = self.lanes.get(admission.qos_class)
         try:
             async with contextlib.AsyncExitStack() as stack:
@@ -632,8 +621,29 @@ class Gateway:
             self.metrics.rejections.labels("client_disconnected", tenant).inc()
         finally:
             self.inflight -= 1
-            self.metrics.inflight.labels(tenant).dec()
+            self.metrics.child(self.metrics.inflight, tenant).dec()
             self._settle(exchange)
+
+    def _span(self, scope: Scope, request_id: str, admission: Admission, tenant: str, tier: str) -> trace.Span:
+        """The request's server span. With no tracer configured and no traceparent to pass on, the
+        invalid span, at no cost: what the no-op tracer answers after parsing the headers."""
+        if self._untraced and _header(scope, b"traceparent") is None:
+            return trace.INVALID_SPAN
+        return self.tracer.start_span(
+            f"POST {scope['path']}",
+            context=tracing.extract({k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}),
+            kind=trace.SpanKind.SERVER,
+            attributes={
+                "gen_ai.request.id": request_id,
+                "gen_ai.request.model": self.model_name,
+                "gen_ai.request.max_tokens": admission.max_tokens,
+                "gen_ai.usage.prompt_tokens": sum(admission.prompt_tokens),
+                "kvscope.tenant": tenant,
+                "kvscope.tier": tier,
+                "kvscope.qos_class": admission.qos_class,
+                "kvscope.priority": admission.priority,
+            },
+        )
 
     @contextlib.asynccontextmanager
     async def _in_lane(self, lane: KvLane, exchange: _Exchange, receive: Receive) -> AsyncIterator[None]:
@@ -714,7 +724,7 @@ class Gateway:
         cut_short = ran and (exchange.aborted or not exchange.done)
         reported = bool(exchange.tag.finished)
         if ran:
-            self.metrics.tokens.labels(exchange.tenant, "prompt").inc(prompt)
+            self.metrics.child(self.metrics.tokens, exchange.tenant, "prompt").inc(prompt)
         if cut_short and not reported:
             self.metrics.tokens.labels(exchange.tenant, "completion").inc(exchange.streamed)
         bucket = self._bucket(exchange)
@@ -739,7 +749,15 @@ class Gateway:
         if exchange.span_ended:
             return
         exchange.span_ended = True
-        span, parts = exchange.tag.span, exchange.tag.finished
+        span = exchange.tag.span
+        if span.is_recording():
+            self._record_span(exchange, span)
+        span.end()
+        if self.genai is not None:
+            self.genai.record(self._outcome(exchange))
+
+    def _record_span(self, exchange: _Exchange, span: trace.Span) -> None:
+        parts = exchange.tag.finished
         span.set_attribute("http.response.status_code", exchange.status or 0)
         span.set_attribute("gen_ai.response.stream", exchange.streaming)
         if parts:
@@ -756,9 +774,6 @@ class Gateway:
                     span.set_attribute(name, max(known))
         if exchange.status and exchange.status >= 400:
             span.set_status(trace.Status(trace.StatusCode.ERROR, f"HTTP {exchange.status}"))
-        span.end()
-        if self.genai is not None:
-            self.genai.record(self._outcome(exchange))
 
     def _outcome(self, exchange: _Exchange) -> Outcome:
         """The request's GenAI metrics: its time, its tokens as vLLM counted them (its usage),
@@ -795,15 +810,19 @@ class Gateway:
         return self.policy.rate_headers(tenant, tier)
 
     def _publish_quota(self, tenant: str, tier: str) -> None:
+        """The tenant's quota gauges, set when its budget or its bucket is new (not per request)."""
         per_minute = self.policy.config.tiers[tier].tokens_per_minute
         if per_minute is None:
             return
-        if self.shared is not None:  # what the script last answered for the tenant (any replica's takes)
-            self.metrics.quota_limit.labels(tenant).set(per_minute)
-            self.metrics.quota_remaining.labels(tenant).set_function(partial(self.shared.remaining, tenant))
+        source: Any = self.shared if self.shared is not None else self.policy.quotas.get(tenant)
+        if source is None:
             return
-        bucket = self.policy.quotas.get(tenant)
-        if bucket is None:
+        published = self._published.get(tenant)
+        if published is not None and published[0] == per_minute and published[1] is source:
             return
+        self._published[tenant] = (per_minute, source)
         self.metrics.quota_limit.labels(tenant).set(per_minute)
-        self.metrics.quota_remaining.labels(tenant).set_function(bucket.available)
+        if self.shared is not None:  # what the script last answered for the tenant (any replica's takes)
+            self.metrics.quota_remaining.labels(tenant).set_function(partial(self.shared.remaining, tenant))
+        else:
+            self.metrics.quota_remaining.labels(tenant).set_function(source.available)

@@ -10,8 +10,8 @@ name another request's id to get its refund, nor replay one.
 
 from __future__ import annotations
 
+import os
 import re
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +24,8 @@ _ENGINE_ID = re.compile(
 
 
 def new_request_id() -> str:
-    return f"kvs-{uuid.uuid4().hex}"
+    """128 random bits in hex (as a UUID4's hex, without its version bits: 2 us -> 0.5 us)."""
+    return f"kvs-{os.urandom(16).hex()}"
 
 
 @dataclass

@@ -124,11 +124,11 @@ class KvscopeStatLogger(StatLoggerBase):
         tenant, qos_class = (tag.tenant, tag.qos_class) if tag else (UNTAGGED, UNTAGGED)
         model = self.model_name
         if part.queue_seconds >= 0:
-            self.metrics.queue.labels(model, tenant, qos_class).observe(part.queue_seconds)
+            self.metrics.child(self.metrics.queue, model, tenant, qos_class).observe(part.queue_seconds)
         if part.ttft_seconds is not None:
-            self.metrics.ttft.labels(model, tenant, qos_class).observe(part.ttft_seconds)
+            self.metrics.child(self.metrics.ttft, model, tenant, qos_class).observe(part.ttft_seconds)
         if tag is not None:
-            self.metrics.tokens.labels(tenant, "completion").inc(part.generation_tokens)
+            self.metrics.child(self.metrics.tokens, tenant, "completion").inc(part.generation_tokens)
             tag.finished.append(part)
             if tag.on_finished is not None:
                 tag.on_finished(part)

@@ -555,3 +555,51 @@ def test_each_answer_says_what_the_gateway_cost_it():
     # a refusal costs nothing of the engine's: no engine entry
     refused = _request(gateway, "POST", "/v1/completions", {"model": "m", "prompt": "zaba"}, key=None)
     assert refused.status_code == 401 and "engine;" not in refused.headers.get("server-timing", "")
+
+
+class _Headers(_Engine):
+    """The stand-in, also keeping the headers each request reached it with."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.headers: list[dict[bytes, bytes]] = []
+
+    async def __call__(self, scope, receive, send) -> None:
+        self.headers.append(dict(scope["headers"]))
+        await super().__call__(scope, receive, send)
+
+
+TRACE_ID, SPAN_ID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+
+
+def _forwarded_traceparents(tracer: Any, sent: list[dict[str, str]]) -> list[bytes | None]:
+    engine = _Headers()
+    gateway, _ = _gateway(tracer=tracer)
+    gateway.app = engine
+    for headers in sent:
+        assert _request(gateway, "POST", "/v1/completions", COMPLETION, headers=headers).status_code == 200
+    return [seen.get(b"traceparent") for seen in engine.headers]
+
+
+def test_with_no_tracer_a_clients_trace_context_reaches_the_engine_unchanged():
+    valid = f"00-{TRACE_ID}-{SPAN_ID}-01"
+    forwarded = _forwarded_traceparents(None, [{"traceparent": valid}, {}, {"traceparent": "00-zz-yy-01"}])
+    # the engine's spans join the client's trace; none is invented; a malformed one goes no further
+    assert forwarded == [valid.encode(), None, None]
+
+
+def test_with_a_tracer_the_engine_is_the_gateways_child_in_the_clients_trace():
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from serving import tracing
+
+    tracer, provider = tracing.make_tracer(InMemorySpanExporter())
+    assert provider is not None
+    try:
+        joined, started = _forwarded_traceparents(tracer, [{"traceparent": f"00-{TRACE_ID}-{SPAN_ID}-01"}, {}])
+    finally:
+        provider.shutdown()
+    assert joined is not None and started is not None
+    _, trace_id, parent, flags = joined.decode().split("-")
+    assert (trace_id, flags) == (TRACE_ID, "01") and parent != SPAN_ID  # the gateway's span, in the client's trace
+    assert started.decode().split("-")[1] != TRACE_ID  # a request without one starts its own trace
