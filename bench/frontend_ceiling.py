@@ -15,8 +15,11 @@ and each round, in an order that rotates so a slow second of the machine hits al
 - ceiling: a closed loop of `--concurrency` clients, each sending its next request when the
   last one ended, `--requests` requests: requests/s, and the server process's CPU time per
   request (user + system from /proc: the gateway, vLLM's app and AsyncLLM all live in it);
-- latency at half the ceiling: Poisson arrivals at half of this round's bare ceiling, the
-  same count: p50/p99 end-to-end latency (streaming: to the last byte).
+- latency at half the ceiling: Poisson arrivals at half (`--at`) of this round's bare ceiling,
+  the same arrival times for each server: p50/p99 end-to-end latency (streaming: to the last
+  byte), and how busy the server's process was (CPU seconds a second: at a lower rate each
+  engine step carries fewer requests, so a request costs more and half the ceiling's rate can
+  keep the server far more than half busy).
 
 The client is a lean aiohttp loop in this process (what `vllm bench serve` does, without its
 per-request tokenisation, which on a 2-core machine would take the server's CPU), so the
@@ -30,6 +33,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import random
 import statistics
 import sys
@@ -122,9 +126,11 @@ def otlp_sink() -> Iterator[str]:
         httpd.shutdown()
 
 
-def start(which: str, workdir: Path, chunk: int, otlp: str) -> ServerProcess:
+def start(which: str, workdir: Path, chunk: int, otlp: str, cpus: str | None = None) -> ServerProcess:
+    """One server on the mock engine; on `cpus` (taskset's list) when given, with its threads."""
     port = free_port()
-    mock = [sys.executable, "-m", "bench.mock_engine", "--chunk", str(chunk)]
+    pinned = ["taskset", "--cpu-list", cpus] if cpus else []
+    mock = [*pinned, sys.executable, "-m", "bench.mock_engine", "--chunk", str(chunk)]
     where = ["--host", "127.0.0.1", "--port", str(port)]
     log = workdir / f"{which}.log"
     url = f"http://127.0.0.1:{port}"
@@ -265,6 +271,12 @@ def latency(
     }
 
 
+def split_cpus(cpus: list[int]) -> tuple[list[int], list[int]]:
+    """The servers' CPU (the last one allowed) and the client's (the rest): one server runs at a
+    time and its API process is one busy thread, so one CPU is what it can use."""
+    return cpus[-1:], cpus[:-1]
+
+
 def paired(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
@@ -282,31 +294,47 @@ def measure(servers: dict[str, ServerProcess], args: argparse.Namespace) -> dict
             for which in order:
                 ceiling(servers[which], shape, warm, args.concurrency, args.max_tokens)  # warm-up
                 row[which] = {"ceiling": ceiling(servers[which], shape, prompts, args.concurrency, args.max_tokens)}
-            rate = row[names[0]]["ceiling"]["req_per_s"] / 2
-            for which in order:
-                row[which]["half"] = latency(servers[which], shape, prompts, rate, args.max_tokens, seed=i)
+            rate = row[names[0]]["ceiling"]["req_per_s"] * args.at
+            arrivals = _prompts(args.half_requests, seed=1000 * i + n, words=args.prompt_words)
+            for which in order:  # the same arrival times and prompts for each server
+                row[which]["half"] = latency(servers[which], shape, arrivals, rate, args.max_tokens, seed=i)
             row["rate_at_half"] = rate
             rows[shape.name].append(row)
     return {name: summarise(found) for name, found in rows.items() if found} | {"rounds": rows}
 
 
+def _against(rounds: list[dict[str, Any]], which: str, reference: str) -> dict[str, Any]:
+    """`which` against `reference`, paired round by round."""
+
+    def delta(part: str, key: str) -> dict[str, float]:
+        return paired([r[which][part][key] - r[reference][part][key] for r in rounds])
+
+    return {
+        "req_per_s": statistics.median(r[which]["ceiling"]["req_per_s"] for r in rounds),
+        "ratio": paired([r[which]["ceiling"]["req_per_s"] / r[reference]["ceiling"]["req_per_s"] for r in rounds]),
+        "cpu_ms": statistics.median(r[which]["ceiling"]["cpu_ms_per_request"] for r in rounds),
+        "cpu_ms_delta": delta("ceiling", "cpu_ms_per_request"),
+        "half_cpu_ms_delta": delta("half", "cpu_ms_per_request"),
+        "p50_delta_ms": delta("half", "p50_ms"),
+        "p99_delta_ms": delta("half", "p99_ms"),
+        "busy_at_half": statistics.median(
+            r["rate_at_half"] * r[which]["half"]["cpu_ms_per_request"] / 1000 for r in rounds
+        ),
+    }
+
+
 def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"bare_req_per_s": statistics.median(r["bare"]["ceiling"]["req_per_s"] for r in rounds)}
     out["bare_cpu_ms"] = statistics.median(r["bare"]["ceiling"]["cpu_ms_per_request"] for r in rounds)
+    out["bare_busy_at_half"] = statistics.median(
+        r["rate_at_half"] * r["bare"]["half"]["cpu_ms_per_request"] / 1000 for r in rounds
+    )
     measured = ["bare", *(k for k in KNOWN[1:] if k in rounds[0])]  # round 0's keys come in rotated order
     for which in measured[1:]:
-        out[which] = {
-            "req_per_s": statistics.median(r[which]["ceiling"]["req_per_s"] for r in rounds),
-            "ratio": paired([r[which]["ceiling"]["req_per_s"] / r["bare"]["ceiling"]["req_per_s"] for r in rounds]),
-            "cpu_ms": statistics.median(r[which]["ceiling"]["cpu_ms_per_request"] for r in rounds),
-            "cpu_ms_delta": paired(
-                [r[which]["ceiling"]["cpu_ms_per_request"] - r["bare"]["ceiling"]["cpu_ms_per_request"] for r in rounds]
-            ),
-            "half_cpu_ms_delta": paired(
-                [r[which]["half"]["cpu_ms_per_request"] - r["bare"]["half"]["cpu_ms_per_request"] for r in rounds]
-            ),
-            "p50_delta_ms": paired([r[which]["half"]["p50_ms"] - r["bare"]["half"]["p50_ms"] for r in rounds]),
-            "p99_delta_ms": paired([r[which]["half"]["p99_ms"] - r["bare"]["half"]["p99_ms"] for r in rounds]),
+        out[which] = _against(rounds, which, "bare")
+    if "passthrough" in measured:  # the gateway's own share: kvscope serve with it stepped over
+        out["against_passthrough"] = {
+            which: _against(rounds, which, "passthrough") for which in measured[1:] if which != "passthrough"
         }
     out["rss_mib"] = {w: [r[w]["ceiling"]["rss_mib"] for r in rounds] for w in measured}  # after each round
     out["failed"] = sum(r[w][part]["failed"] for r in rounds for w in measured for part in ("ceiling", "half"))
@@ -319,20 +347,28 @@ def table(result: dict[str, Any], rounds: int) -> str:
 
     lines = [
         f"| shape | gateway | bare req/s | gateway req/s | ratio ({rounds} rounds: median, spread) | "
-        "API-server CPU/request bare, gateway | gateway's CPU/request | the same at half | added p50 at half | "
-        "added p99 at half |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "API-server CPU/request bare, gateway | gateway's CPU/request | the same at half | busy at half, bare, gateway | "
+        "added p50 at half | added p99 at half |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for shape in SHAPES:
         found = result.get(shape.name)
         if not found:
             continue
-        for which in (k for k in found if k in KNOWN):
-            g = found[which]
+        rows = [(which, "bare", found[which]) for which in found if which in KNOWN]
+        references = {"bare": (found["bare_req_per_s"], found["bare_cpu_ms"], found["bare_busy_at_half"])}
+        if "passthrough" in found:  # the same, against kvscope serve with its gateway stepped over
+            passthrough = found["passthrough"]
+            references["passthrough"] = passthrough["req_per_s"], passthrough["cpu_ms"], passthrough["busy_at_half"]
+            rows += [(which, "passthrough", g) for which, g in found["against_passthrough"].items()]
+        for which, against, g in rows:
+            base_rps, base_cpu, base_busy = references[against]
+            name = which if against == "bare" else f"{which} (against passthrough)"
             lines.append(
-                f"| {shape.name} | {which} | {found['bare_req_per_s']:.0f} | {g['req_per_s']:.0f} | "
-                f"{cell(g['ratio'], '.3f')} | {found['bare_cpu_ms']:.2f} ms, {g['cpu_ms']:.2f} ms | "
+                f"| {shape.name} | {name} | {base_rps:.0f} | {g['req_per_s']:.0f} | "
+                f"{cell(g['ratio'], '.3f')} | {base_cpu:.2f} ms, {g['cpu_ms']:.2f} ms | "
                 f"{cell(g['cpu_ms_delta'], '+.2f')} ms | {cell(g['half_cpu_ms_delta'], '+.2f')} ms | "
+                f"{base_busy:.2f}, {g['busy_at_half']:.2f} | "
                 f"{cell(g['p50_delta_ms'], '+.2f')} ms | "
                 f"{cell(g['p99_delta_ms'], '+.2f')} ms |"
             )
@@ -546,6 +582,18 @@ def main(argv: list[str] | None = None) -> int:
         help=f"servers to measure, bare first (default {','.join(SERVERS)}; also passthrough: kvscope serve "
         f"with its gateway stepped over; offload: default with every render on vLLM's thread pool; tuned-sampled: tuned with {TRACE_RATIO:g} of the traces kept)",
     )
+    parser.add_argument(
+        "--half-requests", type=int, help="requests per run at half the ceiling (default --requests; p99 wants more)"
+    )
+    parser.add_argument(
+        "--at", type=float, default=0.5, help="the latency runs' rate, a fraction of bare's ceiling (default 0.5)"
+    )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="servers on the last CPU this process may use, the client on the others (taskset): "
+        "the client's work no longer lands on the measured server's core",
+    )
     parser.add_argument("--smoke", action="store_true", help="one round, one shape, a few requests (CI)")
     parser.add_argument("--json", type=Path, help="also write the result here")
     parser.add_argument(
@@ -565,14 +613,22 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--servers: bare first, then one or more of {', '.join(KNOWN[1:])}")
     if args.smoke:
         args.rounds, args.requests, args.concurrency, args.max_tokens = 1, 12, 4, 8
+        args.half_requests = None
+    args.half_requests = args.half_requests or args.requests
+    server_cpus, client_cpus = split_cpus(sorted(os.sched_getaffinity(0))) if args.pin else (None, None)
+    if args.pin and not client_cpus:
+        parser.error("--pin needs two CPUs or more")
     workdir = Path(tempfile.mkdtemp(prefix="kvscope-ceiling-"))
     with contextlib.ExitStack() as stack:
         otlp = stack.enter_context(otlp_sink())
-        servers = {which: start(which, workdir, args.chunk, otlp) for which in args.servers}  # boot together
+        cpus = ",".join(map(str, server_cpus)) if server_cpus else None
+        servers = {which: start(which, workdir, args.chunk, otlp, cpus) for which in args.servers}  # boot together
         for proc in servers.values():
             stack.callback(proc.stop)
         for which, proc in servers.items():
             proc.wait_ready("/health" if which in ("bare", "passthrough") else "/ready", 300)
+        if client_cpus:
+            os.sched_setaffinity(0, client_cpus)  # after the servers began: they keep their own CPU
         result = measure(servers, args)
     result["settings"] = {k: v for k, v in vars(args).items() if k != "json"}
     text = json.dumps(result, indent=2, default=str)

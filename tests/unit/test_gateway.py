@@ -365,8 +365,8 @@ def test_a_tag_is_dropped_once_its_parts_are_reported_not_kept_a_minute():
 class _Streamer:
     """Streams `events` chunks, then waits for the client; `status` other than 200 refuses."""
 
-    def __init__(self, events: int, status: int = 200) -> None:
-        self.events, self.status = events, status
+    def __init__(self, events: int, status: int = 200, chat: bool = False) -> None:
+        self.events, self.status, self.chat = events, status, chat
 
     async def __call__(self, scope, receive, send) -> None:
         await receive()  # the body
@@ -375,18 +375,22 @@ class _Streamer:
             await send({"type": "http.response.body", "body": b'{"error": {}}', "more_body": False})
             return
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        if self.chat:  # chat's first chunk: the role, no output
+            role = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
+            await send({"type": "http.response.body", "body": role, "more_body": True})
         for i in range(self.events):
-            chunk = f'data: {{"choices":[{{"text":"t{i}"}}]}}\n\n'.encode()  # compact, as vLLM writes it
+            field = f'"delta":{{"content":"t{i}"}}' if self.chat else f'"text":"t{i}"'
+            chunk = f'data: {{"choices":[{{"index":0,{field}}}]}}\n\n'.encode()  # compact, as vLLM writes it
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await receive()  # the client goes away mid-stream
 
 
-def _stream_once(engine: Any) -> tuple[Gateway, list[dict[str, Any]]]:
-    """One streamed completion (prompt 'zaba kelo': 2 tokens, max_tokens 5) on a frozen clock."""
+def _stream_once(engine: Any, path: str = "/v1/completions") -> tuple[Gateway, list[dict[str, Any]]]:
+    """One streamed completion (prompt 'zaba kelo': 2 tokens, max_tokens 5), or chat, on a frozen clock."""
     gateway, _ = _gateway()
     gateway.app = engine
     gateway.policy.quotas = TenantQuotas(clock=lambda: 0.0)
-    body = json.dumps({**COMPLETION, "stream": True}).encode()
+    body = json.dumps({**(CHAT if path == "/v1/chat/completions" else COMPLETION), "stream": True}).encode()
     messages = [{"type": "http.request", "body": body, "more_body": False}, {"type": "http.disconnect"}]
     sent: list[dict[str, Any]] = []
 
@@ -399,7 +403,7 @@ def _stream_once(engine: Any) -> tuple[Gateway, list[dict[str, Any]]]:
     scope = {
         "type": "http",
         "method": "POST",
-        "path": "/v1/completions",
+        "path": path,
         "headers": [(b"authorization", b"Bearer " + KEY.encode())],
     }
     asyncio.run(gateway(scope, receive, send))
@@ -437,6 +441,12 @@ def test_a_client_that_leaves_mid_stream_is_charged_for_what_it_was_sent():
     assert (_charged(gateway, "prompt"), _charged(gateway, "completion")) == (2, 3)
 
 
+def test_a_chat_client_that_leaves_mid_stream_is_charged_for_the_content_it_was_sent():
+    gateway, sent = _stream_once(_Streamer(events=3, chat=True), "/v1/chat/completions")
+    assert sum(1 for m in sent if m["type"] == "http.response.body") == 4  # the role chunk and 3 tokens
+    assert _charged(gateway, "completion") == 3  # not the role chunk
+
+
 def test_a_request_the_engine_refuses_is_refunded_in_full():
     gateway, _sent = _stream_once(_Streamer(events=0, status=400))
     assert gateway.policy.quotas.get("acme").available() == 10_000
@@ -472,22 +482,26 @@ def test_a_body_that_is_not_declared_json_is_a_415():
     ],
 )
 def test_only_events_with_generated_output_are_charged(chunk, events):
-    from serving.gateway import output_events
+    from serving.gateway import _CHAT_COMMON, output_events
 
     assert output_events(chunk) == events
+    assert output_events(chunk, _CHAT_COMMON) == events  # the order chat streams look in
 
 
-def test_the_fast_path_agrees_with_the_full_pattern_on_every_event():
+@pytest.mark.parametrize("common", ["completions", "chat"])
+def test_the_fast_path_agrees_with_the_full_pattern_on_every_event(common):
     import itertools
 
-    from serving.gateway import _OUTPUT, _carries_output
+    from serving.gateway import _CHAT_COMMON, _COMMON, _OUTPUT, _carries_output
+
+    fields = _COMMON if common == "completions" else _CHAT_COMMON
 
     parts = [b'"text":"', b'"text":""', b'"content":"', b'"content":""', b"ka", b'"', b"{", b'"tool_calls":[']
     parts += [b'"reasoning":"x"', b"response.output_text.delta", b'"type":"content_block_delta"', b"\\"]
     for n in range(1, 4):
         for pieces in itertools.product(parts, repeat=n):
             event = b"data: " + b"".join(pieces)
-            assert _carries_output(event) == (_OUTPUT.search(event) is not None), event
+            assert _carries_output(event, fields) == (_OUTPUT.search(event) is not None), event
 
 
 def test_a_request_budget_gives_openais_request_headers_and_a_429():
