@@ -341,14 +341,15 @@ def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def table(result: dict[str, Any], rounds: int) -> str:
+def table(result: dict[str, Any], rounds: int, at: float = 0.5) -> str:
     def cell(stats: dict[str, float], fmt: str) -> str:
         return f"{stats['median']:{fmt}} ({stats['min']:{fmt}} to {stats['max']:{fmt}})"
 
+    rate = "half" if at == 0.5 else f"{at:g} of bare's ceiling"
     lines = [
         f"| shape | gateway | bare req/s | gateway req/s | ratio ({rounds} rounds: median, spread) | "
-        "API-server CPU/request bare, gateway | gateway's CPU/request | the same at half | busy at half, bare, gateway | "
-        "added p50 at half | added p99 at half |",
+        f"API-server CPU/request bare, gateway | gateway's CPU/request | the same at {rate} | "
+        f"busy at {rate}, bare, gateway | added p50 at {rate} | added p99 at {rate} |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for shape in SHAPES:
@@ -636,7 +637,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(text)
     print()
-    print(table(result, args.rounds))
+    print(table(result, args.rounds, args.at))
     for shape in SHAPES:
         if shape.name in result:
             held = "; ".join(

@@ -83,6 +83,8 @@ def test_with_passthrough_measured_the_gateway_is_also_set_against_it_round_by_r
     assert "| completions, streaming | default (against passthrough) | 195 | 176 | 0.900 (0.900 to 0.900) |" in text
     assert "| 0.25, 0.27 | +0.38 (+0.25 to +0.50) ms | +0.75 (+0.50 to +1.00) ms |" in text  # busy; p50, p99
     assert "| completions, streaming | passthrough | 98 |" in text
+    assert "| added p99 at half |" in text
+    assert "| added p99 at 0.25 of bare's ceiling |" in table({"completions, streaming": found}, rounds=2, at=0.25)
 
 
 def test_pinned_the_servers_get_one_cpu_and_the_client_the_rest() -> None:
