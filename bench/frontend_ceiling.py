@@ -126,11 +126,15 @@ def otlp_sink() -> Iterator[str]:
         httpd.shutdown()
 
 
-def start(which: str, workdir: Path, chunk: int, otlp: str, cpus: str | None = None) -> ServerProcess:
-    """One server on the mock engine; on `cpus` (taskset's list) when given, with its threads."""
+def start(
+    which: str, workdir: Path, chunk: int, otlp: str, cpus: str | None = None, calls: Path | None = None
+) -> ServerProcess:
+    """One server on the mock engine; on `cpus` (taskset's list) when given, with its threads;
+    with `calls`, its event loop's calls counted between two signals (bench/frontend_calls.py)."""
     port = free_port()
     pinned = ["taskset", "--cpu-list", cpus] if cpus else []
-    mock = [*pinned, sys.executable, "-m", "bench.mock_engine", "--chunk", str(chunk)]
+    counted = ["--count-calls", str(calls)] if calls else []
+    mock = [*pinned, sys.executable, "-m", "bench.mock_engine", "--chunk", str(chunk), *counted]
     where = ["--host", "127.0.0.1", "--port", str(port)]
     log = workdir / f"{which}.log"
     url = f"http://127.0.0.1:{port}"

@@ -21,6 +21,7 @@ import asyncio
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 # Pool size the mock reports, so that admission and KV lanes see a large, never-full cache.
@@ -130,6 +131,28 @@ def skip_gateway() -> None:
     uvicorn.Config.__init__ = config  # type: ignore[method-assign]
 
 
+def count_calls(path: Path) -> None:
+    """cProfile this process's main thread (the event loop) from SIGUSR1 until SIGUSR2, then
+    write its stats to `path` (whole: written aside and renamed); `path` + ".on" says it began."""
+    import cProfile
+    import signal
+
+    profiler = cProfile.Profile()
+
+    def begin(*_: Any) -> None:
+        profiler.enable()
+        path.with_name(path.name + ".on").touch()  # the benchmark waits for this before it sends
+
+    def end(*_: Any) -> None:
+        profiler.disable()
+        aside = path.with_name(path.name + ".part")
+        profiler.dump_stats(aside)
+        aside.replace(path)
+
+    signal.signal(signal.SIGUSR1, begin)
+    signal.signal(signal.SIGUSR2, end)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chunk", type=int, default=1, help="tokens per request per engine step (default 1)")
@@ -138,12 +161,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="kvscope: uvicorn serves vLLM's app, the gateway built but stepped over (the rest of the process's cost)",
     )
+    parser.add_argument(
+        "--count-calls", type=Path, metavar="FILE", help="cProfile the event loop from SIGUSR1 to SIGUSR2 into FILE"
+    )
     parser.add_argument("server", choices=("vllm", "kvscope"))
     parser.add_argument("args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.chunk < 1:
         parser.error("--chunk must be at least 1")
     install(args.chunk)
+    if args.count_calls:
+        count_calls(args.count_calls)
     if args.skip_gateway:
         skip_gateway()
     if args.server == "kvscope":

@@ -43,6 +43,7 @@ from serving.profiles import (
     profile_settings,
     resolve,
 )
+from serving.prompt_text import fast_prompt_text
 from serving.prompts import VllmCounter
 from serving.quota import TenantQuotas
 from serving.request_tags import RequestTags
@@ -199,6 +200,9 @@ async def serve(prepared: Prepared, options: ServeOptions) -> int:
         limit = prepared.gateway_config.inline_render_chars
         if swapped := inline_short_renders(online.renderer, limit, online.chat_template):
             log.info("prompts of at most %d characters rendered in place (%s)", limit, ", ".join(swapped))
+        completions = getattr(app.state, "openai_serving_completion", None)
+        if completions is not None and not fast_prompt_text(completions, vllm_config.model_config):
+            log.info("vLLM's completion stream re-parses an id prompt for its text on each streamed output")
         model_name = vllm_config.model_config.served_model_name
         policy = AdmissionPolicy(
             prepared.gateway_config,

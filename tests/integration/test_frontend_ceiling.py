@@ -36,3 +36,27 @@ def test_smoke_mode_serves_every_request_bare_and_behind_both_gateways(tmp_path)
     assert set(shape["rss_mib"]) == {"bare", "default", "tuned"}
     assert all(len(held) == 1 and held[0] > 0 for held in shape["rss_mib"].values())
     assert "resident memory after each round, completions, streaming (MiB): bare " in done.stdout
+
+
+def test_call_counts_show_the_gateways_per_token_work_and_no_reparse_of_the_prompt(tmp_path):
+    """bench.frontend_calls on a few streamed completions: the gateway's per-chunk check runs once
+    a token behind kvscope serve and never with it stepped over, and vLLM's re-parse of an id
+    prompt for its text (once a token before serving/prompt_text.py) does not run at all."""
+    out, tokens = tmp_path / "calls.json", 6
+    counted = ["--requests", "4", "--concurrency", "2", "--max-tokens", str(tokens), "--top", "1000"]
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.frontend_calls", *counted, "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert {n: s["failed"] for n, s in result["servers"].items()} == {"passthrough": 0, "default": 0}
+    rows = {row["function"].rsplit(":", 1)[-1]: row for row in result["functions"]}
+    assert rows["send_tracked"]["passthrough"] == 0
+    assert rows["send_tracked"]["default"] >= tokens  # a chunk a token, the role and [DONE] chunks besides
+    assert rows["prompt_text"]["default"] == tokens  # the shortcut, asked once a streamed token
+    assert "_extract_prompt_components" not in rows  # vLLM's parse: the same (never) on both
+    assert "| default | 4 | 0 |" in done.stdout
