@@ -32,6 +32,7 @@ MOCK_KV_BLOCKS = 1 << 16
 class _Running:
     request_id: str
     remaining: int
+    trace_headers: Any = None  # the request's, on each of its outputs, as vLLM's scheduler sends them
 
 
 class MockEngineCore:
@@ -57,7 +58,8 @@ class MockEngineCore:
     async def add_request_async(self, request: Any) -> None:
         params = request.sampling_params
         wanted = params.max_tokens if params is not None and params.max_tokens else 16
-        self._running[request.request_id] = _Running(request.request_id, int(wanted))
+        headers = getattr(request, "trace_headers", None)
+        self._running[request.request_id] = _Running(request.request_id, int(wanted), headers)
         self._arrived.set()
 
     async def abort_requests_async(self, request_ids: Sequence[str]) -> None:
@@ -81,6 +83,7 @@ class MockEngineCore:
                     request_id=running.request_id,
                     new_token_ids=tokens,
                     finish_reason=FinishReason.LENGTH if done else None,
+                    trace_headers=running.trace_headers,
                 )
             )
             if done:

@@ -60,3 +60,21 @@ def test_an_idle_engine_waits_for_work_instead_of_spinning():
         return isinstance(waiting, asyncio.Future) and [o.request_id for o in found.outputs] == ["a"]
 
     assert asyncio.run(run())
+
+
+def test_each_output_carries_its_requests_trace_headers_as_vllms_scheduler_does():
+    """vLLM parents its request span on these; without them it copies the environment to look."""
+
+    async def run() -> list[tuple[str, object]]:
+        engine = MockEngineCore(_config(), chunk=1)
+        traced = _request("a", 2)
+        traced.trace_headers = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+        await engine.add_request_async(traced)
+        await engine.add_request_async(_request("b", 2))  # a request with no trace headers
+        found = []
+        while engine.dp_engines_running():
+            found += [(o.request_id, o.trace_headers) for o in (await engine.get_output_async()).outputs]
+        return found
+
+    headers = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    assert asyncio.run(run()) == [("a", headers), ("b", None)] * 2
