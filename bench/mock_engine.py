@@ -2,12 +2,14 @@
 
     python -m bench.mock_engine [--chunk N] vllm  VLLM-SERVE-ARGS...   # vLLM's own OpenAI server
     python -m bench.mock_engine [--chunk N] kvscope KVSCOPE-SERVE-ARGS...  # kvscope serve
+    python -m bench.mock_engine --count-calls FILE ...  # cProfile the loop from SIGUSR1 to SIGUSR2
 
 Everything above the engine core is vLLM's own and unchanged: the OpenAI app, the renderer
 and tokenizer, `AsyncLLM` with its output processor and detokenizer, its stat loggers (and
 kvscope's). Only `EngineCoreClient.make_async_mp_client` is replaced, in this process, by a
 client whose "engine" emits `chunk` tokens per step for every running request, as fast as the
-frontend pulls them, until the request's `max_tokens`; each step's `EngineCoreOutputs` goes
+frontend pulls them, until the request's `max_tokens`, each output with the request's trace
+headers as vLLM's scheduler sends them; each step's `EngineCoreOutputs` goes
 through vLLM's msgpack encoder and decoder, as it would over the engine's ZMQ socket. So the
 frontend does all it does for a real engine and nothing waits for a GPU: the throughput it
 reaches is the frontend's ceiling (vllm-project/vllm#43469 measures vLLM's the same way, with
