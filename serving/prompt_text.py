@@ -4,10 +4,10 @@ vLLM's completion stream (vllm/entrypoints/openai/completion/serving.py,
 `completion_stream_generator`) reads each output's `res.prompt` and, where it is None, as it is
 for a prompt sent as token ids, asks `_extract_prompt_text` for the engine input's text: vLLM's
 `extract_prompt_components` -> `extract_target_prompt` -> `parse_dec_only_prompt` ->
-`_validate_prompt_dict`, a `PromptComponents` built and dropped, 1.6 us a call here, on every
+`_validate_prompt_dict`, a `PromptComponents` built and dropped, 1.1 us a call here, on every
 streamed output, to find no text. The gateway forwards a text prompt as the ids it counted (the
 prompt tokenised once), so behind it every streamed completion paid this once a token (64 calls
-for 64 tokens, counted with cProfile against the gateway stepped over); bare vLLM, sent text,
+for 64 tokens, counted by bench.frontend_calls against the gateway stepped over); bare vLLM, sent text,
 does not.
 
 `fast_prompt_text` puts a shortcut in front of that method on vLLM's serving object: for a
