@@ -29,7 +29,7 @@ from drill import rules as drill_rules
 from drill.calibrate import Calibration, calibrate, probe
 from drill.report_dir import ReportDir, ReportDirRefused
 from drill.results import ProfileRun, comparison_rows, percentile
-from drill.scenarios import SEEDS_MIX, Scenario
+from drill.scenarios import SEEDS_MIX, TRIGGER_REQUESTS, Scenario
 from drill.traffic import Driver, Phase
 from kvscope import exitcodes
 from kvscope.config import Config
@@ -361,13 +361,17 @@ def _segment(
     assert calibrating.calibration is not None
     calibration = calibrating.calibration
     phases = scenario.phases(calibration.rate, options.duration, calibrating.period)
-    given = (options.duration or scenario.duration) - phases[0].seconds
-    if phases[-1].seconds > given + 0.5:
-        console.print(
-            f"traffic after the change: {phases[-1].seconds:.0f} s, not {given:.0f}: one whole burst period on "
-            "this engine (a burst and the recovery from it)",
-            highlight=False,
-        )
+    total = options.duration or scenario.duration
+    planned = (round(total * scenario.before_share, 1), round(total - round(total * scenario.before_share, 1), 1))
+    for phase, was in zip(phases, planned, strict=True):
+        if phase.seconds > was + 0.5:
+            why = (
+                f"{TRIGGER_REQUESTS} requests at {phase.rate:.2f} req/s, what the diagnosis compares"
+                if scenario.trigger is not None and phase.seconds == round(TRIGGER_REQUESTS / phase.rate, 1)
+                else "one whole burst period on this engine (a burst and the recovery from it)"
+            )
+            line = f"traffic {phase.name} the change: {phase.seconds:.0f} s, not {was:.0f}: {why}"
+            console.print(line, highlight=False)
     driver = Driver(st.serve.base_url, _served_model(st.serve.base_url), seed=11)
     alerts = observe.AlertLog()
     monitor = Monitor(console, st, driver, profile, alerts)

@@ -13,9 +13,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from diagnosis.changes import MIN_FOR_MEAN
 from drill.traffic import Mix, Phase
 
 SEEDS_MIX = Mix()
+# A scenario whose change is a load the diagnosis must name (its trigger) sends this many requests
+# at least before the change and after it: the diagnosis compares a mean only over MIN_FOR_MEAN
+# requests in each window (diagnosis/changes.py), and its baseline leaves out the traffic's first
+# seconds and the change's lead. At 1.7 req/s (an AVX2 engine with a core taken, 2026-12-06) the
+# CI variant's 30 s before the change held too few, and kv-avalanche lost its trigger.
+TRIGGER_REQUESTS = 3 * MIN_FOR_MEAN
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,9 @@ class Scenario:
         count, every = self.bursts
         every = burst_every or every
         after = self.after_for(total, every)
+        if self.trigger is not None and rate > 0:  # each window counts enough requests to compare
+            least = round(TRIGGER_REQUESTS / rate, 1)
+            before, after = max(before, least), max(after, least)
         forced = tuple((t + 0.5 + 0.1 * i, "long") for t in _every(every, after) for i in range(count))
         return [
             Phase("before", before, rate, self.before, system_prompt_seed=1 if self.shared_prompt else None),

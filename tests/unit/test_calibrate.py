@@ -172,5 +172,22 @@ def test_the_time_after_the_change_holds_a_whole_burst_period_on_a_slow_engine()
     assert before.seconds == 20 and after.seconds == pytest.approx(period)  # 40 s stretched to a period
     assert [t for t, _ in after.forced] == pytest.approx([0.5, 0.6, 0.7])  # one burst, then its recovery
     assert hol.phases(5.0, 60, every)[1].seconds == 40  # the reference's spacing: the CI length as given
-    kv = scenarios.get("kv-avalanche")  # no bursts: nothing stretched
-    assert kv.phases(0.9, 90, None)[1].seconds == 60
+    kv = scenarios.get("kv-avalanche")  # no bursts: no period to hold
+    assert kv.phases(12.0, 90, None)[1].seconds == 60
+
+
+def test_a_scenario_with_a_trigger_sends_enough_requests_on_each_side_of_the_change():
+    """kv-avalanche's trigger is a mean compared over MIN_FOR_MEAN requests a window: at 1.7
+    req/s (an AVX2 engine with a core taken) its CI variant's 30 s before the change held too few."""
+    from diagnosis.changes import MIN_FOR_MEAN
+    from drill.scenarios import TRIGGER_REQUESTS
+
+    kv = scenarios.get("kv-avalanche")
+    assert kv.trigger is not None and TRIGGER_REQUESTS >= 2 * MIN_FOR_MEAN
+    before, after = kv.phases(1.655, 90)
+    assert before.seconds * before.rate >= TRIGGER_REQUESTS and after.seconds * after.rate >= TRIGGER_REQUESTS
+    assert before.seconds == pytest.approx(TRIGGER_REQUESTS / 1.655, abs=0.1) and after.seconds == 60
+    fast = kv.phases(12.0, 90)  # the reference machine's rate: the CI length as given
+    assert [p.seconds for p in fast] == [30, 60]
+    miss = scenarios.get("prefix-miss")  # no trigger: nothing stretched
+    assert miss.trigger is None and sum(p.seconds for p in miss.phases(0.3, 100)) == 100
