@@ -14,17 +14,21 @@ pytestmark = [pytest.mark.integration, pytest.mark.no_engine]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_smoke_mode_serves_every_request_bare_and_behind_both_gateways(tmp_path):
-    out = tmp_path / "ceiling.json"
+def bench(module: str, out: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    """Run `python -m bench.<module> ARGS --json OUT` from the repository; its output and JSON."""
     done = subprocess.run(
-        [sys.executable, "-m", "bench.frontend_ceiling", "--smoke", "--json", str(out)],
+        [sys.executable, "-m", f"bench.{module}", *args, "--json", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=900,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    result = json.loads(out.read_text())
+    return done, json.loads(out.read_text())
+
+
+def test_smoke_mode_serves_every_request_bare_and_behind_both_gateways(tmp_path):
+    done, result = bench("frontend_ceiling", tmp_path / "ceiling.json", "--smoke")
     shape = result["completions, streaming"]
     assert shape["failed"] == 0
     assert shape["bare_req_per_s"] > 0
@@ -42,17 +46,9 @@ def test_call_counts_show_the_gateways_per_token_work_and_no_reparse_of_the_prom
     """bench.frontend_calls on a few streamed completions: the gateway's per-chunk check runs once
     a token behind kvscope serve and never with it stepped over, and vLLM's re-parse of an id
     prompt for its text (once a token before serving/prompt_text.py) does not run at all."""
-    out, tokens = tmp_path / "calls.json", 6
+    tokens = 6
     counted = ["--requests", "4", "--concurrency", "2", "--max-tokens", str(tokens), "--top", "1000"]
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.frontend_calls", *counted, "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    result = json.loads(out.read_text())
+    done, result = bench("frontend_calls", tmp_path / "calls.json", *counted)
     assert {n: s["failed"] for n, s in result["servers"].items()} == {"passthrough": 0, "default": 0}
     rows = {row["function"].rsplit(":", 1)[-1]: row for row in result["functions"]}
     assert rows["send_tracked"]["passthrough"] == 0
