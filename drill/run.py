@@ -361,8 +361,7 @@ def _segment(
     assert calibrating.calibration is not None
     calibration = calibrating.calibration
     phases = scenario.phases(calibration.rate, options.duration, calibrating.period)
-    total = options.duration or scenario.duration
-    planned = (round(total * scenario.before_share, 1), round(total - round(total * scenario.before_share, 1), 1))
+    planned = scenario.split(options.duration or scenario.duration)
     for phase, was in zip(phases, planned, strict=True):
         if phase.seconds > was + 0.5:
             why = (

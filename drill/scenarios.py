@@ -68,7 +68,7 @@ class Scenario:
         apart as this engine needs to keep spare time between them; None: the reference's).
         With bursts, the time after the change holds one whole period at least (`after_for`)."""
         total = duration or self.duration
-        before = round(total * self.before_share, 1)
+        before, _ = self.split(total)
         count, every = self.bursts
         every = burst_every or every
         after = self.after_for(total, every)
@@ -88,13 +88,18 @@ class Scenario:
             ),
         ]
 
+    def split(self, total: float) -> tuple[float, float]:
+        """`total` seconds of traffic as planned: before the change and after it."""
+        before = round(total * self.before_share, 1)
+        return before, round(total - before, 1)
+
     def after_for(self, total: float, burst_every: float | None = None) -> float:
         """Seconds of traffic after the change: the rest of `total`, and with bursts one whole
         period at least, so that a burst and the recovery from it both fall inside the traffic.
         A slow engine spaces its bursts wider (a 12K-token prompt took 2 s to its first token on
         the reference machine, 17 s on an AVX2 one, 2026-12-06): a 40 s window after the change
         there ended before the burst's prompts did, so the diagnosis never saw them finish."""
-        after = round(total - round(total * self.before_share, 1), 1)
+        _, after = self.split(total)
         count, every = self.bursts
         if count and (burst_every or every) > after:
             return round(burst_every or every, 1)
