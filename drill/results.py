@@ -79,6 +79,15 @@ class ProfileRun:
         """alertname -> seconds after the change it first fired (negative: before it)."""
         return {name: t - self.changed for name, t in sorted(self.alerts.first_firing().items(), key=lambda kv: kv[1])}
 
+    def fired_before_change(self, severities: Sequence[str]) -> dict[str, float]:
+        """alertname -> seconds before the change (negative) it first fired, of the alerts of
+        these severities that fired before it."""
+        out: dict[str, float] = {}
+        for f in self.alerts.fired.values():
+            if f.severity in severities and (after := f.firing_at - self.changed) < 0:
+                out[f.alertname] = min(out.get(f.alertname, 0.0), after)
+        return dict(sorted(out.items(), key=lambda kv: kv[1]))
+
     @property
     def bottleneck(self) -> str:
         return str(self.diagnosis.get("bottleneck", "?"))

@@ -614,15 +614,20 @@ def _conclude(
         said = "; ".join(f"{n['alertname']} -> {(n.get('verdict') or {}).get('bottleneck')}" for n in notes or [])
         where = "no on-call path (Alertmanager is not installed)" if notes is None else said or "none"
         console.print(f"notifications that reached the on-call receiver on {profile}: {where}", highlight=False)
+    for r in runs:
+        if note := quiet_notes(r):
+            console.print(note, highlight=False)
     console.print(f"report: {summary}", highlight=False)
     console.print(("[green]" if not problems else "[red]") + "drill ", Text(verdict), sep="")
     return not problems
 
 
 def unhealthy_baseline(run: ProfileRun, calibration: Calibration | None) -> str | None:
-    """One plain line when an alert fired before the change (the drill's story does not hold:
-    the incident would not be the change's), else None."""
-    early = {name: after for name, after in run.alerts_fired.items() if after < 0}
+    """One plain line when an alert that pages fired before the change (the drill's story does
+    not hold: the incident would not be the change's), else None. An info alert pages nobody and
+    names no incident (GPUUtilLow on a baseline light enough that the GPU idles between requests
+    is right, not unhealthy): quiet_notes says it."""
+    early = run.fired_before_change(alertmanager.PAGED)
     if not early:
         return None
     name, after = min(early.items(), key=lambda kv: kv[1])
@@ -639,6 +644,19 @@ def unhealthy_baseline(run: ProfileRun, calibration: Calibration | None) -> str 
     return (
         f"the baseline was not healthy on {run.profile}: {name}{others} fired {-after:.0f} s before the change; "
         f"the engine answered {served:.2f} of the {sent:.2f} req/s sent before it{capacity}"
+    )
+
+
+def quiet_notes(run: ProfileRun) -> str | None:
+    """One plain line naming the alerts that page nobody (info) and fired before the change, else None."""
+    paged = run.fired_before_change(alertmanager.PAGED)
+    quiet = {name: after for name, after in run.alerts_fired.items() if after < 0 and name not in paged}
+    if not quiet:
+        return None
+    said = ", ".join(f"{name} ({-after:.0f} s before it)" for name, after in quiet.items())
+    return (
+        f"before the change on {run.profile}, alerts that page nobody fired: {said}; "
+        "not counted against the baseline (info: advice, not an incident)"
     )
 
 

@@ -14,7 +14,7 @@ from drill import drill_config, scenarios
 from drill.calibrate import BURST_SHARE, Probe, calibrate, expected_kv_tokens
 from drill.observe import AlertLog, Fired, Series
 from drill.results import ProfileRun
-from drill.run import missing_trigger, unhealthy_baseline
+from drill.run import missing_trigger, quiet_notes, unhealthy_baseline
 from drill.scenarios import SEEDS_MIX
 from drill.traffic import Mix, Outcome
 from kvscope import thresholds as t
@@ -107,10 +107,12 @@ def test_the_users_own_file_is_kept_under_the_scaling(tmp_path: Path):
     assert same.thresholds.value(t.TTFT_P99) == 4.0
 
 
-def _run(fired_after: float | None) -> ProfileRun:
+def _run(fired_after: float | None, *info_after: float) -> ProfileRun:
     alerts = AlertLog()
     if fired_after is not None:
         alerts.fired[("a",)] = Fired("VLLMQueueTimeHigh", "warning", {}, "", 100.0 + fired_after)
+    for i, after in enumerate(info_after):  # the same info alert on one GPU, then another
+        alerts.fired[("b", str(i))] = Fired("GPUUtilLow", "info", {"gpu": str(i)}, "", 100.0 + after)
     outcomes = [Outcome("before", "short", 120, 60.0 + i, ttft=0.1, latency=0.5) for i in range(30)]
     outcomes += [Outcome("before", "short", 120, 90.0, error=None)]  # never answered
     return ProfileRun("default", 60.0, 100.0, 160.0, 160.0, outcomes, alerts, {}, "", Series(), 0.0, None, None)
@@ -123,6 +125,23 @@ def test_an_alert_before_the_change_fails_the_drill_in_one_line():
     assert line.startswith("the baseline was not healthy on default: VLLMQueueTimeHigh fired 12 s before the change")
     assert "0.75 of the 0.78 req/s sent" in line and "measured capacity of 25.0 req/s" in line
     assert unhealthy_baseline(_run(+5.0), capacity) is None and unhealthy_baseline(_run(None), capacity) is None
+
+
+def test_an_info_alert_before_the_change_is_said_but_pages_nobody_and_fails_nothing():
+    # prefix-miss's baseline (8 % of capacity) leaves the GPU idle between requests: GPUUtilLow
+    # (info, seed 002's consolidation hint) is right there, and names no incident
+    capacity = calibrate(FAST, load=0.4, mix=SEEDS_MIX, pool_tokens=None)
+    quiet = _run(None, -20.0, -18.0)
+    assert unhealthy_baseline(quiet, capacity) is None
+    note = quiet_notes(quiet)
+    assert note is not None and "\n" not in note
+    assert note.startswith("before the change on default, alerts that page nobody fired: GPUUtilLow (20 s before it)")
+    # a paging alert still fails it, with the info one beside it
+    both = _run(-12.0, -20.0)
+    line = unhealthy_baseline(both, capacity)
+    assert line is not None and line.startswith("the baseline was not healthy on default: VLLMQueueTimeHigh fired 12 s")
+    assert "GPUUtilLow" not in line and "GPUUtilLow" in (quiet_notes(both) or "")
+    assert quiet_notes(_run(-12.0)) is None and quiet_notes(_run(None, +5.0)) is None
 
 
 def test_the_scenarios_trigger_must_be_named():
