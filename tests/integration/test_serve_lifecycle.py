@@ -70,6 +70,9 @@ def test_bad_gateway_config_is_refused_in_one_line(refusals):
     assert "tenant 'acme' names unknown tier 'platinum'" in result.stderr
 
 
+LONG_TOKENS = 1000  # the request in flight when SIGTERM comes
+
+
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ServerProcess]]:
     """Two servers of this module's own, booted together; each test ends one its own way."""
@@ -93,7 +96,9 @@ def test_sigterm_drains_in_flight_requests_then_exits_zero(servers):
                 json={
                     "model": SERVED_NAME,
                     "prompt": "zaba",
-                    "max_tokens": 2500,
+                    # seconds of decoding on the fastest CPU here (about 10 s at 100 tokens a second):
+                    # still running after the signal, the drain and the refusal, which take one or two
+                    "max_tokens": LONG_TOKENS,
                     "ignore_eos": True,
                 },
                 timeout=120,
@@ -116,9 +121,10 @@ def test_sigterm_drains_in_flight_requests_then_exits_zero(servers):
             timeout=5,
         )
         assert refused.status_code == 503 and refused.json()["error"]["code"] == "draining"
+        assert thread.is_alive(), "the long request ended before the drain began: nothing was drained"
         thread.join(120)
         assert result["long"].status_code == 200
-        assert result["long"].json()["usage"]["completion_tokens"] == 2500
+        assert result["long"].json()["usage"]["completion_tokens"] == LONG_TOKENS
         assert server.proc.wait(60) == 0
 
 
