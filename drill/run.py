@@ -29,7 +29,7 @@ from drill import rules as drill_rules
 from drill.calibrate import Calibration, calibrate, probe
 from drill.report_dir import ReportDir, ReportDirRefused
 from drill.results import ProfileRun, comparison_rows, percentile
-from drill.scenarios import SEEDS_MIX, TRIGGER_REQUESTS, Scenario
+from drill.scenarios import SEEDS_MIX, Scenario
 from drill.traffic import Driver, Phase
 from kvscope import exitcodes
 from kvscope.config import Config
@@ -364,11 +364,7 @@ def _segment(
     planned = scenario.split(options.duration or scenario.duration)
     for phase, was in zip(phases, planned, strict=True):
         if phase.seconds > was + 0.5:
-            why = (
-                f"{TRIGGER_REQUESTS} requests at {phase.rate:.2f} req/s, what the diagnosis compares"
-                if scenario.trigger is not None and phase.seconds == round(TRIGGER_REQUESTS / phase.rate, 1)
-                else "one whole burst period on this engine (a burst and the recovery from it)"
-            )
+            why = scenario.why_longer(phase)
             line = f"traffic {phase.name} the change: {phase.seconds:.0f} s, not {was:.0f}: {why}"
             console.print(line, highlight=False)
     driver = Driver(st.serve.base_url, _served_model(st.serve.base_url), seed=11)

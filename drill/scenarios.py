@@ -9,12 +9,13 @@ so the time before the change is healthy on a fast machine and a slow one alike.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from diagnosis.changes import MIN_FOR_MEAN
-from drill.traffic import Mix, Phase
+from drill.traffic import DECK, Mix, Phase
 
 SEEDS_MIX = Mix()
 # A scenario whose change is a load the diagnosis must name (its trigger) sends this many requests
@@ -45,6 +46,9 @@ class Scenario:
     # the change the diagnosis must name as the trigger (a `changes` signal) and the words it
     # must say with it; None: the scenario changes no load (a fault)
     trigger: tuple[str, str] | None = None
+    # requests the time after the change holds at least, whatever the engine's speed: an incident
+    # made by rare requests needs enough of them to build (0: none asked)
+    after_requests: int = 0
     parts: tuple[Scenario, ...] = ()  # several faults at once (combined): each must be named on its GPU
 
     @property
@@ -73,8 +77,10 @@ class Scenario:
         every = burst_every or every
         after = self.after_for(total, every)
         if self.trigger is not None and rate > 0:  # each window counts enough requests to compare
-            least = round(TRIGGER_REQUESTS / rate, 1)
+            least = _seconds_for(TRIGGER_REQUESTS, rate)
             before, after = max(before, least), max(after, least)
+        if self.after_requests and rate > 0:
+            after = max(after, _seconds_for(self.after_requests, rate))
         forced = tuple((t + 0.5 + 0.1 * i, "long") for t in _every(every, after) for i in range(count))
         return [
             Phase("before", before, rate, self.before, system_prompt_seed=1 if self.shared_prompt else None),
@@ -87,6 +93,15 @@ class Scenario:
                 system_prompt_seed=None,
             ),
         ]
+
+    def why_longer(self, phase: Phase) -> str:
+        """Why `phase` runs longer than planned, in words (phases: the least of each kind)."""
+        needed = _seconds_for(self.after_requests, phase.rate) if self.after_requests else None
+        if phase.name == "after" and phase.seconds == needed:
+            return f"{self.after_requests} requests at {phase.rate:.2f} req/s, what the incident needs to build"
+        if self.trigger is not None and phase.seconds == _seconds_for(TRIGGER_REQUESTS, phase.rate):
+            return f"{TRIGGER_REQUESTS:.0f} requests at {phase.rate:.2f} req/s, what the diagnosis compares"
+        return "one whole burst period on this engine (a burst and the recovery from it)"
 
     def split(self, total: float) -> tuple[float, float]:
         """`total` seconds of traffic as planned: before the change and after it."""
@@ -104,6 +119,11 @@ class Scenario:
         if count and (burst_every or every) > after:
             return round(burst_every or every, 1)
         return after
+
+
+def _seconds_for(requests: float, rate: float) -> float:
+    """Seconds (to the 0.1 s above) that hold `requests` at `rate` requests a second."""
+    return math.ceil(requests / rate * 10 - 1e-9) / 10
 
 
 def _every(step: float, span: float) -> list[float]:
@@ -129,6 +149,12 @@ SCENARIOS = {
             after=SEEDS_MIX.scaled(2.0),
             kv_pool_tokens=20480,
             trigger=("prompt_tokens_mean", "at the same request rate"),
+            # the pool is outgrown by the long prompts (12K tokens after the change, 59 % of the
+            # pool), one in a deck of 50: three decks hold three. At 1.67 req/s (an AVX2 engine
+            # with a core taken, 2026-12-06) the CI variant's 60 s held two, the preemptions began
+            # with the second, 48 s after the change, and the traffic ended 13 s later, before
+            # VLLMPreemptionsHigh's 15 s (5m at 20x) had run: no KV alert fired
+            after_requests=3 * DECK,
         ),
         Scenario(
             "prefill-hol",

@@ -205,8 +205,24 @@ def test_a_scenario_with_a_trigger_sends_enough_requests_on_each_side_of_the_cha
     assert kv.trigger is not None and TRIGGER_REQUESTS >= 2 * MIN_FOR_MEAN
     before, after = kv.phases(1.655, 90)
     assert before.seconds * before.rate >= TRIGGER_REQUESTS and after.seconds * after.rate >= TRIGGER_REQUESTS
-    assert before.seconds == pytest.approx(TRIGGER_REQUESTS / 1.655, abs=0.1) and after.seconds == 60
+    assert before.seconds == pytest.approx(TRIGGER_REQUESTS / 1.655, abs=0.1)
+    assert "90 requests at 1.66 req/s, what the diagnosis compares" in kv.why_longer(before)
     fast = kv.phases(12.0, 90)  # the reference machine's rate: the CI length as given
     assert [p.seconds for p in fast] == [30, 60]
-    miss = scenarios.get("prefix-miss")  # no trigger: nothing stretched
+    miss = scenarios.get("prefix-miss")  # no trigger, no incident of rare requests: nothing stretched
     assert miss.trigger is None and sum(p.seconds for p in miss.phases(0.3, 100)) == 100
+
+
+def test_kv_avalanche_runs_long_enough_after_the_change_for_its_long_prompts_to_build_it():
+    """The pool is outgrown by the long prompts, one in a deck of 50: at 1.67 req/s (an AVX2
+    engine with a core taken) the CI variant's 60 s after the change held two, and no KV alert
+    fired before the traffic ended; three decks hold three, on any engine."""
+    from drill.traffic import DECK
+
+    kv = scenarios.get("kv-avalanche")
+    assert kv.after_requests >= 3 * DECK and kv.after.long_tokens >= 0.5 * (kv.kv_pool_tokens or 0)
+    _, after = kv.phases(1.67, 90)
+    assert after.seconds * after.rate >= kv.after_requests and after.seconds == pytest.approx(90, abs=0.5)
+    assert kv.why_longer(after) == "150 requests at 1.67 req/s, what the incident needs to build"
+    assert [p.seconds for p in kv.phases(12.0, 90)] == [30, 60]  # the reference's rate: as given
+    assert kv.phases(12.0, 600)[1].seconds == 400  # the full drill: as given
