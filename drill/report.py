@@ -184,7 +184,8 @@ def write(
         f"- Expected: {scenario.expectation()}.",
         f"- Alert rules: `alerts/kvscope-rules.yaml` with every duration divided by {speedup:g} "
         f"(`for: 5m` waits {scaled('5m', speedup)}) so alerts fire within a short drill; range windows of "
-        f"{format_duration(min_range)} at least (five scrapes, and two of the scenario's burst periods).",
+        f"{format_duration(min_range)} at least (five scrapes, and two of the scenario's periods: "
+        "the spacing of its bursts, or of its long prompts).",
         f"- Result: **{verdict}**",
         f"- Reproduce: `{command}`",
         "",

@@ -10,7 +10,11 @@ A range window is never shorter than five scrapes, nor than PERIODS_PER_WINDOW o
 own period (the spacing of its bursts): in production a 5m window holds twenty bursts that come
 15 s apart, and its p99 is their steady state; compressed 20x to 15 s it would hold one, the
 quantile would rise as a burst's backlog finishes and fall before `for:` had passed, and a
-slower engine, whose bursts the calibration spaces wider, would never be alerted on.
+slower engine, whose bursts the calibration spaces wider, would never be alerted on. The same
+holds for an incident made by rare requests (kv-avalanche: one long prompt in a deck of 50): on
+an engine at 1.6 req/s a deck takes 32 s, the pool fills and preempts in clumps that far apart,
+and a 15 s window saw one clump's preemptions for less than VLLMPreemptionsHigh's 15 s `for:`
+(2026-12-06, an AVX2 machine with a core taken); its period is a deck's time.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ PERIODS_PER_WINDOW = 2  # a compressed range window holds at least this many of 
 
 def min_range(scrape_interval: float, period: float | None = None) -> float:
     """The shortest range window a compressed rule keeps, in seconds: five scrapes, and
-    PERIODS_PER_WINDOW of the scenario's `period` (seconds between its bursts; None: none)."""
+    PERIODS_PER_WINDOW of the scenario's `period` (seconds between the events that make its
+    incident, Scenario.recurrence; None: none)."""
     return max(5 * scrape_interval, PERIODS_PER_WINDOW * (period or 0.0))
 
 

@@ -120,9 +120,17 @@ class Calibrating:
             return None
         return self.calibration.burst_every(count, every)
 
+    @property
+    def recurrence(self) -> float | None:
+        """Seconds between the events that make the scenario's incident on this engine (its
+        bursts, or its long prompts: Scenario.recurrence); None: none, or not yet calibrated."""
+        if self.calibration is None:
+            return None
+        return self.options.scenario.recurrence(self.calibration.rate, self.period)
+
     def min_range(self) -> float:
         """The rules' shortest range window, in seconds, on this engine."""
-        return drill_rules.min_range(self.options.scrape_interval, self.period)
+        return drill_rules.min_range(self.options.scrape_interval, self.recurrence)
 
     @property
     def pool(self) -> int | None:
@@ -156,7 +164,7 @@ class Calibrating:
             assert self.config.path is not None
             self.config = drill_config.write(self.config.path, options.config, self.calibration.latency_scale)
             self.console.print(drill_config.described(self.config, self.calibration.latency_scale), highlight=False)
-            drill_rules.write(self.rules, options.speedup, options.scrape_interval, self.config, self.period)
+            drill_rules.write(self.rules, options.speedup, options.scrape_interval, self.config, self.recurrence)
             if self.calibration.kv_pool_tokens != started_with:
                 raise PoolChangedError
 

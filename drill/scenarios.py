@@ -94,6 +94,18 @@ class Scenario:
             ),
         ]
 
+    def recurrence(self, rate: float, burst_every: float | None = None) -> float | None:
+        """Seconds between the events that make the incident, of which a compressed rule window
+        holds several (rules.min_range): its bursts' spacing (`burst_every`, else the
+        reference's), or for an incident made by rare requests (`after_requests`) the time a deck
+        of DECK requests takes at `rate`, which holds one long prompt. None: neither."""
+        count, every = self.bursts
+        if count:
+            return burst_every or every
+        if self.after_requests and rate > 0:
+            return DECK / rate
+        return None
+
     def why_longer(self, phase: Phase) -> str:
         """Why `phase` runs longer than planned, in words (phases: the least of each kind)."""
         needed = _seconds_for(self.after_requests, phase.rate) if self.after_requests else None

@@ -470,3 +470,50 @@ def test_queue_time_alert_fires_on_bursts_spaced_wider_than_the_compressed_windo
         [binary("promtool"), "test", "rules", str(tmp_path / "t.yaml")], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+
+
+@pytest.mark.parametrize(("period", "fires"), [(None, False), (31.6, True)])
+def test_one_clump_of_preemptions_fires_when_the_window_holds_the_decks_it_came_from(tmp_path, period, fires):
+    # kv-avalanche in CI with a CPU hog (drill 1.58 req/s): the pool filled once and 7 requests
+    # were preempted within a scrape; a 15 s window read them for 14 s, less than
+    # VLLMPreemptionsHigh's `for: 15s`, and no KV alert fired. A deck of 50 requests (one long
+    # prompt) takes 31.6 s at that rate: windows holding two decks keep the clump long enough.
+    from alerts import definitions as d
+    from kvscope import catalog
+    from kvscope.config import Config
+
+    fast = rules.compress(build.build_rules()[0], 20, scrape_interval=2, period=period)
+    path = tmp_path / "drill.yaml"
+    path.write_text(yaml.safe_dump(fast, sort_keys=False, width=1000))
+    counts = [0] * 25 + [7] * 45  # scraped every 2 s: the clump at 50 s, none after it
+    series = d.Fixtures(Config()).engine(catalog.VLLM_NUM_PREEMPTIONS)
+    firing = 'count(ALERTS{alertname="VLLMPreemptionsHigh", alertstate="firing"})'
+    checks = [
+        {"expr": firing, "eval_time": f"{t}s", "exp_samples": [{"labels": "{}", "value": 1}] if fires else []}
+        for t in range(70, 80, 2)  # 20-30 s after the clump: `for: 15s` has passed on a long window
+    ]
+    test = {
+        "rule_files": [str(path)],
+        "evaluation_interval": "2s",
+        "tests": [
+            {
+                "interval": "2s",
+                "input_series": [{"series": series, "values": " ".join(map(str, counts))}],
+                "promql_expr_test": checks,
+            }
+        ],
+    }
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(test, sort_keys=False, width=1000))
+    result = subprocess.run(
+        [binary("promtool"), "test", "rules", str(tmp_path / "t.yaml")], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+
+
+def test_kv_avalanches_window_holds_two_decks_on_a_slow_engine_and_is_unchanged_on_the_reference():
+    kv, hol, miss = (scenarios.get(n) for n in ("kv-avalanche", "prefill-hol", "prefix-miss"))
+    assert kv.recurrence(1.58) == pytest.approx(50 / 1.58)
+    assert rules.min_range(2, kv.recurrence(1.58)) == pytest.approx(2 * 50 / 1.58)
+    assert rules.min_range(2, kv.recurrence(12.0)) < 15  # the reference's rate: 5m at 20x as before
+    assert hol.recurrence(1.0, 127.5) == 127.5 and hol.recurrence(1.0) == 15.0
+    assert miss.recurrence(0.3) is None
