@@ -38,6 +38,7 @@ from serving.metrics import ServingMetrics
 from serving.pooling_prompts import POOLING_SHAPES, engine_prefix
 from serving.prompts import Counted, PromptCounter, TooLong, bad
 from serving.quota_redis import Reservation, SharedQuotas
+from serving.render_memo import RenderMemo
 from serving.request_tags import FinishedPart, RequestTag, RequestTags, new_request_id
 from serving.routes import Access, Shape
 
@@ -58,12 +59,18 @@ _BUDGET_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 # A token is at least one byte: a prompt with more bytes than this many per token, times the
 # context, cannot fit, and is refused before it is tokenised.
 MAX_BYTES_PER_TOKEN = 64
+# request headers the gateway sets on the forwarded request (names lowercase, as ASGI gives them)
+_REPLACED_HEADERS = frozenset(
+    (b"content-length", b"content-type", b"transfer-encoding", b"x-request-id", b"traceparent", b"tracestate")
+)
 _encode = msgspec.json.Encoder().encode  # the forwarded body (UTF-8, compact; any int JSON held)
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
+    """A request header by its lowercase name: ASGI servers lowercase header names (the ASGI
+    spec's "header names must be lowercased"; Starlette's Headers reads them so too)."""
     for key, value in scope.get("headers", ()):
-        if key.lower() == name:
+        if key == name:
             return bytes(value)
     return None
 
@@ -304,8 +311,10 @@ class Gateway:
         root_path: str = "",
         mounted: frozenset[str] | None = None,
         genai: GenAiMetrics | None = None,
+        memo: RenderMemo | None = None,
     ) -> None:
         self.app = app
+        self.memo = memo  # renders held for vLLM's completion route (None: vLLM renders again)
         self.policy = policy
         self.counter = counter
         self.metrics = metrics
@@ -468,6 +477,7 @@ class Gateway:
             arrived,
             shape,
             reservation,
+            counted.rendered,
         )
 
     def _short_enough(self, body: dict[str, Any], raw_bytes: int) -> None:
@@ -530,10 +540,14 @@ class Gateway:
         arrived: float,
         shape: Shape,
         reservation: Reservation | None = None,
+        rendered: tuple[tuple[Any, ...], list[dict[str, Any]]] | None = None,
     ) -> None:
         request_id = new_request_id()
         if shape is Shape.RESPONSES:  # the Responses API names its engine request after the body's id
             forwarded_body = {**forwarded_body, "request_id": f"resp_{request_id}"}
+        elif rendered is not None and self.memo is not None:  # vLLM's route takes the gateway's render
+            forwarded_body = {**forwarded_body, "request_id": request_id}
+            self.memo.keep(request_id, *rendered)
         span = self._span(scope, request_id, admission, tenant, tier)
         tag = RequestTag(tenant, tier, admission.qos_class, admission.priority, span)
         deadline = self.policy.config.tiers[tier].deadline_seconds
@@ -543,20 +557,8 @@ class Gateway:
         tag.on_finished = lambda part: self._on_part_finished(exchange, part)
         self.tags.add(request_id, tag)
 
-        body = _encode(forwarded_body)  # the ids the gateway counted: a 2K-token prompt costs 9 us, not 100
-        headers = [
-            (k, v)
-            for k, v in scope["headers"]
-            if k.lower()
-            not in (
-                b"content-length",
-                b"content-type",
-                b"transfer-encoding",
-                b"x-request-id",
-                b"traceparent",
-                b"tracestate",
-            )
-        ]
+        body = _encode(forwarded_body)  # compact UTF-8: a 2K-token id prompt costs 9 us, not 100
+        headers = [(k, v) for k, v in scope["headers"] if k not in _REPLACED_HEADERS]
         headers += [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
@@ -629,6 +631,8 @@ class Gateway:
         finally:
             self.inflight -= 1
             self.metrics.child(self.metrics.inflight, tenant).dec()
+            if self.memo is not None:  # vLLM took it, or never will
+                self.memo.drop(request_id)
             self._settle(exchange)
 
     def _span(self, scope: Scope, request_id: str, admission: Admission, tenant: str, tier: str) -> trace.Span:

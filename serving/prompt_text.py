@@ -5,10 +5,12 @@ vLLM's completion stream (vllm/entrypoints/openai/completion/serving.py,
 for a prompt sent as token ids, asks `_extract_prompt_text` for the engine input's text: vLLM's
 `extract_prompt_components` -> `extract_target_prompt` -> `parse_dec_only_prompt` ->
 `_validate_prompt_dict`, a `PromptComponents` built and dropped, 1.1 us a call here, on every
-streamed output, to find no text. The gateway forwards a text prompt as the ids it counted (the
-prompt tokenised once), so behind it every streamed completion paid this once a token (64 calls
-for 64 tokens, counted by bench.frontend_calls against the gateway stepped over); bare vLLM, sent text,
-does not.
+streamed output, to find no text. The gateway forwarded every text prompt as the ids it counted
+(the prompt tokenised once), so behind it every streamed completion paid this once a token (64
+calls for 64 tokens, counted by bench.frontend_calls against the gateway stepped over); bare vLLM,
+sent text, does not. A plain completion now goes on as its text with the gateway's render held
+for vLLM's route (serving/render_memo.py), which keeps the text; a prompt sent as ids, or one
+the memo does not hold (a suffix, echo, truncation), still meets this path.
 
 `fast_prompt_text` puts a shortcut in front of that method on vLLM's serving object: for a
 decoder-only model and a prompt dict that carries ids or embeddings (and no encoder prompt),

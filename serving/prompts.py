@@ -2,10 +2,12 @@
 
 In `kvscope serve` the counter is vLLM's own renderer (`app.state.online_renderer`): chat
 templates, `tools`, `tool_calls`, documents and multimodal parts are rendered exactly as the
-engine will get them, and a part the model cannot take is a 400. The ids go on to vLLM, which
-then skips its own tokenisation: completions as `prompt`, chat and Anthropic Messages (which
-vLLM converts to a chat request, kv_transfer_params kept) as the token reuse vLLM offers for
-disaggregated serving (`kv_transfer_params.prompt_token_ids`), so a prompt is tokenised once.
+engine will get them, and a part the model cannot take is a 400. The render goes on to vLLM,
+which then skips its own tokenisation: a plain completion's whole render, held for vLLM's route
+(serving/render_memo.py; other completions as their ids in `prompt`), chat and Anthropic
+Messages (which vLLM converts to a chat request, kv_transfer_params kept) as the token reuse vLLM
+offers for disaggregated serving (`kv_transfer_params.prompt_token_ids`), so a prompt is
+tokenised once.
 Responses has no such reuse in vLLM 0.32 (its renderer reads no ids): rendered twice, the
 second render about 0.56 ms of CPU for 148 tokens (docs/benchmarks.md, Admission CPU). Short
 prompts are rendered on the event loop, long ones in vLLM's pool (serving/inline_render.py).
@@ -25,6 +27,7 @@ from typing import Any, Protocol
 from serving.errors import Rejection
 from serving.inline_render import INLINE_RENDER_CHARS, inline_short_renders
 from serving.pooling_prompts import Encode, count_pooling
+from serving.render_memo import render_key
 from serving.routes import Shape
 
 
@@ -32,6 +35,8 @@ from serving.routes import Shape
 class Counted:
     counts: list[int]  # tokens of each prompt the engine will run
     patch: dict[str, Any] = field(default_factory=dict)  # fields to set in the forwarded body
+    # a completion's render, for vLLM's route to take (serving/render_memo.py): its key, its inputs
+    rendered: tuple[tuple[Any, ...], list[dict[str, Any]]] | None = None
 
 
 class TooLong(Exception):  # noqa: N818 - an outcome of counting, not an error of ours
@@ -227,9 +232,21 @@ class VllmCounter:
     def __init__(self, online_renderer: Any) -> None:
         self.renderer = online_renderer
 
-    @staticmethod
-    async def _rendered(render: Any, what: str) -> list[list[int]]:
+    @classmethod
+    async def _rendered(cls, render: Any, what: str) -> list[list[int]]:
         """The prompt ids of one render call; vLLM's refusals become a 400 naming the field."""
+        return cls._ids(await cls._inputs(render, what), what)
+
+    @staticmethod
+    def _ids(inputs: list[Any], what: str) -> list[list[int]]:
+        ids = [list(i.get("prompt_token_ids") or []) for i in inputs]
+        if not ids or not all(ids):
+            raise bad(f"the {what} rendered to no prompt tokens")
+        return ids
+
+    @staticmethod
+    async def _inputs(render: Any, what: str) -> list[Any]:
+        """The engine inputs of one render call; vLLM's refusals become a 400 naming the field."""
         try:
             result = await render
         except _vllm().VLLMValidationError as exc:
@@ -244,15 +261,10 @@ class VllmCounter:
         if isinstance(result, _vllm().ErrorResponse):
             raise bad(result.error.message, getattr(result.error, "param", None))
         if isinstance(result, tuple):  # chat: (conversation, engine inputs)
-            inputs = result[1]
-        elif hasattr(result, "engine_input"):  # responses
-            inputs = [result.engine_input]
-        else:  # completions: the engine inputs
-            inputs = result
-        ids = [list(i.get("prompt_token_ids") or []) for i in inputs]
-        if not ids or not all(ids):
-            raise bad(f"the {what} rendered to no prompt tokens")
-        return ids
+            return list(result[1])
+        if hasattr(result, "engine_input"):  # responses
+            return [result.engine_input]
+        return list(result)  # completions: the engine inputs
 
     @staticmethod
     def _validated(model: Any, body: dict[str, Any]) -> Any:
@@ -271,7 +283,11 @@ class VllmCounter:
 
     async def completion(self, body: dict[str, Any]) -> Counted:
         request = self._validated(_vllm().CompletionRequest, body)
-        ids = await self._rendered(self.renderer.render_completion(request), "prompt")
+        inputs = await self._inputs(self.renderer.render_completion(request), "prompt")
+        ids = self._ids(inputs, "prompt")
+        key = render_key(request)
+        if key is not None:  # vLLM's route takes this render as it is: the prompt goes on unchanged
+            return Counted([len(i) for i in ids], rendered=(key, inputs))
         prompt = body.get("prompt")
         text = isinstance(prompt, str) or (isinstance(prompt, list) and all(isinstance(p, str) for p in prompt))
         patch = {"prompt": ids[0] if isinstance(prompt, str) else ids} if text and body.get("suffix") is None else {}

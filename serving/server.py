@@ -46,6 +46,7 @@ from serving.profiles import (
 from serving.prompt_text import fast_prompt_text
 from serving.prompts import VllmCounter
 from serving.quota import TenantQuotas
+from serving.render_memo import RenderMemo, remember_renders
 from serving.request_tags import RequestTags
 
 log = logging.getLogger("kvscope.serve")
@@ -200,6 +201,9 @@ async def serve(prepared: Prepared, options: ServeOptions) -> int:
         limit = prepared.gateway_config.inline_render_chars
         if swapped := inline_short_renders(online.renderer, limit, online.chat_template):
             log.info("prompts of at most %d characters rendered in place (%s)", limit, ", ".join(swapped))
+        memo = RenderMemo()
+        if not remember_renders(online, memo):
+            log.info("vLLM's completion route renders each prompt again (its renderer has no render_completion)")
         completions = getattr(app.state, "openai_serving_completion", None)
         if completions is not None and not fast_prompt_text(completions, vllm_config.model_config):
             log.info("vLLM's completion stream re-parses an id prompt for its text on each streamed output")
@@ -228,6 +232,7 @@ async def serve(prepared: Prepared, options: ServeOptions) -> int:
             root_path=args.root_path or "",
             mounted=frozenset(getattr(r, "path", "") for r in app.routes),
             genai=genai,
+            memo=memo,
         )
         _log_gateway(gateway, kv_capacity_tokens(vllm_config))
         for row in prepared.effective:

@@ -42,10 +42,12 @@ def test_smoke_mode_serves_every_request_bare_and_behind_both_gateways(tmp_path)
     assert "resident memory after each round, completions, streaming (MiB): bare " in done.stdout
 
 
-def test_call_counts_show_the_gateways_per_token_work_and_no_reparse_of_the_prompt(tmp_path):
+def test_call_counts_show_the_gateways_per_token_work_and_one_render_a_prompt(tmp_path):
     """bench.frontend_calls on a few streamed completions: the gateway's per-chunk check runs once
-    a token behind kvscope serve and never with it stepped over, and vLLM's re-parse of an id
-    prompt for its text (once a token before serving/prompt_text.py) does not run at all."""
+    a token behind kvscope serve and never with it stepped over; the prompt is rendered once on
+    both (the gateway's render is the one vLLM's route takes, serving/render_memo.py), and vLLM's
+    re-parse of an id prompt for its text (once a token before serving/prompt_text.py) does not
+    run at all."""
     tokens = 6
     counted = ["--requests", "4", "--concurrency", "2", "--max-tokens", str(tokens), "--top", "1000"]
     done, result = bench("frontend_calls", tmp_path / "calls.json", *counted)
@@ -53,6 +55,8 @@ def test_call_counts_show_the_gateways_per_token_work_and_no_reparse_of_the_prom
     rows = {row["function"].rsplit(":", 1)[-1]: row for row in result["functions"]}
     assert rows["send_tracked"]["passthrough"] == 0
     assert rows["send_tracked"]["default"] >= tokens  # a chunk a token, the role and [DONE] chunks besides
-    assert rows["prompt_text"]["default"] == tokens  # the shortcut, asked once a streamed token
-    assert "_extract_prompt_components" not in rows  # vLLM's parse: the same (never) on both
+    # the route asks the memo on both; behind the gateway, the gateway's own render asks it too
+    assert (rows["take"]["passthrough"], rows["take"]["default"]) == (1, 2)
+    for vllms in ("preprocess_completion", "render_cmpl_async", "_extract_prompt_components"):
+        assert vllms not in rows, rows.get(vllms)  # vLLM's render once a request on both; its re-parse never
     assert "| default | 4 | 0 |" in done.stdout

@@ -26,10 +26,19 @@ def run(coroutine):
 USER = [{"role": "user", "content": "zaba"}]
 
 
-def test_completion_text_goes_on_as_the_ids_vllm_made(counter):
+def test_a_plain_completion_keeps_its_render_for_vllm_and_goes_on_as_sent(counter):
     counted = run(counter.completion({"prompt": "zaba kelo"}))
-    assert counted.counts == [len(counted.patch["prompt"])] and counted.patch["prompt"][0] == 1  # <s>
+    assert counted.patch == {} and counted.rendered is not None  # the text goes on; the render waits
+    key, (engine_input,) = counted.rendered
+    assert key[0] == "zaba kelo"
+    assert counted.counts == [len(engine_input["prompt_token_ids"])] and engine_input["prompt_token_ids"][0] == 1
     assert run(counter.completion({"prompt": [5, 6, 7]})).counts == [3]
+
+
+def test_a_completion_vllm_must_render_itself_goes_on_as_the_ids_it_made(counter):
+    counted = run(counter.completion({"prompt": "zaba kelo", "echo": True}))  # echo: not held
+    assert counted.rendered is None
+    assert counted.counts == [len(counted.patch["prompt"])] and counted.patch["prompt"][0] == 1  # <s>
 
 
 def test_chat_counts_tools_and_forwards_its_ids_for_reuse(counter):
