@@ -117,3 +117,43 @@ def test_the_held_render_is_what_vllm_renders_for_the_forwarded_request():
         held, vllms = asyncio.run(both(body))
         strip = [{k: v for k, v in i.items() if k != "arrival_time"} for i in held]
         assert strip == [{k: v for k, v in i.items() if k != "arrival_time"} for i in vllms], body
+
+
+def test_the_gateway_holds_a_render_while_vllm_runs_the_request_and_drops_it_after():
+    """Through the gateway: the forwarded body keeps the client's prompt and carries the
+    gateway's request id, the render is held under that id while the app runs, and gone after."""
+    import json
+
+    import httpx
+
+    from serving.prompts import Counted
+    from tests.unit.test_gateway import KEY, _gateway
+
+    memo = RenderMemo()
+    held_during: list[bool] = []
+
+    class Counter:
+        async def completion(self, body: dict[str, Any]) -> Counted:
+            inputs = [{"prompt_token_ids": [1, 2, 3], "prompt": body["prompt"], "arrival_time": 0.0}]
+            return Counted([3], rendered=(render_key(_request(prompt=body["prompt"])), inputs))
+
+    gateway, engine = _gateway(counter=Counter(), memo=memo)
+    app = gateway.app
+
+    async def watching(scope: Any, receive: Any, send: Any) -> None:
+        held_during.append(len(memo) == 1)
+        await app(scope, receive, send)
+
+    gateway.app = watching
+
+    async def go() -> httpx.Response:
+        transport = httpx.ASGITransport(app=gateway)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+            body = json.dumps({"model": "m", "prompt": "zaba kelo", "max_tokens": 4})
+            return await client.post("/v1/completions", content=body, headers={"authorization": f"Bearer {KEY}"})
+
+    response = asyncio.run(go())
+    assert response.status_code == 200, response.text
+    ((_, _, forwarded),) = engine.seen
+    assert forwarded["prompt"] == "zaba kelo" and forwarded["request_id"] == response.headers["x-request-id"]
+    assert held_during == [True] and len(memo) == 0
