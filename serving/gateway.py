@@ -38,7 +38,7 @@ from serving.metrics import ServingMetrics
 from serving.pooling_prompts import POOLING_SHAPES, engine_prefix
 from serving.prompts import Counted, PromptCounter, TooLong, bad
 from serving.quota_redis import Reservation, SharedQuotas
-from serving.render_memo import RenderMemo
+from serving.render_memo import Rendered, RenderMemo
 from serving.request_tags import FinishedPart, RequestTag, RequestTags, new_request_id
 from serving.routes import Access, Shape
 
@@ -540,7 +540,7 @@ class Gateway:
         arrived: float,
         shape: Shape,
         reservation: Reservation | None = None,
-        rendered: tuple[tuple[Any, ...], list[dict[str, Any]]] | None = None,
+        rendered: Rendered | None = None,
     ) -> None:
         request_id = new_request_id()
         if shape is Shape.RESPONSES:  # the Responses API names its engine request after the body's id

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from serving.errors import Rejection
 from serving.inline_render import INLINE_RENDER_CHARS, inline_short_renders
 from serving.pooling_prompts import Encode, count_pooling
-from serving.render_memo import render_key
+from serving.render_memo import Rendered, render_key
 from serving.routes import Shape
 
 
@@ -36,7 +36,7 @@ class Counted:
     counts: list[int]  # tokens of each prompt the engine will run
     patch: dict[str, Any] = field(default_factory=dict)  # fields to set in the forwarded body
     # a completion's render, for vLLM's route to take (serving/render_memo.py): its key, its inputs
-    rendered: tuple[tuple[Any, ...], list[dict[str, Any]]] | None = None
+    rendered: Rendered | None = None
 
 
 class TooLong(Exception):  # noqa: N818 - an outcome of counting, not an error of ours

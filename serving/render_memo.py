@@ -27,6 +27,8 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+Key = tuple[Any, ...]  # the request fields that shape a render (render_key)
+Rendered = tuple[Key, list[dict[str, Any]]]  # a render held for one request: its key, its engine inputs
 MEMO_LIMIT = 4096  # requests between the gateway's render and vLLM's route: far more than in flight
 # Fields whose value must be unset for a render to be held: each changes what vLLM renders or
 # checks in a way the key below does not carry.
@@ -34,7 +36,7 @@ _UNSET = ("suffix", "prompt_embeds", "truncate_prompt_tokens", "mm_processor_kwa
 _FALSE = ("echo", "return_token_offsets")
 
 
-def render_key(request: Any) -> tuple[Any, ...] | None:
+def render_key(request: Any) -> Key | None:
     """The fields of a CompletionRequest that shape its render, or None where it is not plain."""
     for name in _UNSET:
         if getattr(request, name, None) is not None:
@@ -55,14 +57,14 @@ class RenderMemo:
 
     def __init__(self, limit: int = MEMO_LIMIT) -> None:
         self.limit = limit
-        self._held: OrderedDict[str, tuple[tuple[Any, ...], list[dict[str, Any]]]] = OrderedDict()
+        self._held: OrderedDict[str, Rendered] = OrderedDict()
         self.hits = 0
         self.misses = 0  # a held request whose fields did not match (rendered by vLLM)
 
     def __len__(self) -> int:
         return len(self._held)
 
-    def keep(self, request_id: str, key: tuple[Any, ...], inputs: list[dict[str, Any]]) -> None:
+    def keep(self, request_id: str, key: Key, inputs: list[dict[str, Any]]) -> None:
         self._held[request_id] = (key, inputs)
         while len(self._held) > self.limit:
             self._held.popitem(last=False)
