@@ -67,8 +67,15 @@ _encode = msgspec.json.Encoder().encode  # the forwarded body (UTF-8, compact; a
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
-    """A request header by its lowercase name: ASGI servers lowercase header names (the ASGI
-    spec's "header names must be lowercased"; Starlette's Headers reads them so too)."""
+    """A request header by its lowercase name. uvicorn's HTTP parsers lowercase header names (the
+    ASGI spec's "header names must be lowercased"; Starlette's Headers reads them so too), so an
+    HTTP request's are compared as they come; its websocket handshake (websockets' sans-I/O
+    implementation) keeps the client's spelling, so a websocket's are lowercased first."""
+    if scope.get("type") == "websocket":
+        for key, value in scope.get("headers", ()):
+            if key.lower() == name:
+                return bytes(value)
+        return None
     for key, value in scope.get("headers", ()):
         if key == name:
             return bytes(value)
@@ -547,7 +554,6 @@ class Gateway:
             forwarded_body = {**forwarded_body, "request_id": f"resp_{request_id}"}
         elif rendered is not None and self.memo is not None:  # vLLM's route takes the gateway's render
             forwarded_body = {**forwarded_body, "request_id": request_id}
-            self.memo.keep(request_id, *rendered)
         span = self._span(scope, request_id, admission, tenant, tier)
         tag = RequestTag(tenant, tier, admission.qos_class, admission.priority, span)
         deadline = self.policy.config.tiers[tier].deadline_seconds
@@ -614,6 +620,8 @@ class Gateway:
         admitted = time.perf_counter()
         self.metrics.child(self.metrics.gateway_seconds, self.model_name).observe(admitted - arrived)
         lane = self.lanes.get(admission.qos_class)
+        if rendered is not None and self.memo is not None:  # held from here; the finally drops it
+            self.memo.keep(request_id, *rendered)
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if deadline is not None:

@@ -13,7 +13,10 @@ online renderer's `render_completion`: a request whose id the gateway set, with 
 gets the held engine inputs (with a new `arrival_time`, as vLLM's render stamps it when it
 runs); any other request, or the same id with another field, goes to vLLM's renderer as before.
 A miss costs a render, never a wrong prompt: the gateway forwards the prompt as its client sent
-it, so vLLM would render the same ids from it.
+it, so vLLM would render the same ids from it. A held render is given only inside the request
+the gateway forwards under that id (a context variable set as it is kept): vLLM's
+`/v1/completions/render` route, which passes a client's body and its `request_id` to the same
+renderer, gets none, and leaves the held render where it is.
 
 Held only for plain prompts (text or ids; no suffix, embeddings, truncation, echo, offsets or
 multimodal keyword arguments), at most `MEMO_LIMIT` requests (the oldest dropped first), and
@@ -25,6 +28,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any
 
 Key = tuple[Any, ...]  # the request fields that shape a render (render_key)
@@ -34,6 +38,9 @@ MEMO_LIMIT = 4096  # requests between the gateway's render and vLLM's route: far
 # checks in a way the key below does not carry.
 _UNSET = ("suffix", "prompt_embeds", "truncate_prompt_tokens", "mm_processor_kwargs", "media_io_kwargs")
 _FALSE = ("echo", "return_token_offsets")
+# the request id the gateway forwards in this context (its request's task, and the tasks vLLM's
+# route starts from it): the only request a held render is given to
+_FORWARDING: ContextVar[str | None] = ContextVar("kvscope_forwarding", default=None)
 
 
 def render_key(request: Any) -> Key | None:
@@ -65,14 +72,18 @@ class RenderMemo:
         return len(self._held)
 
     def keep(self, request_id: str, key: Key, inputs: list[dict[str, Any]]) -> None:
+        """Hold a render for `request_id`, to be taken in this context (the request's own task)."""
         self._held[request_id] = (key, inputs)
+        _FORWARDING.set(request_id)
         while len(self._held) > self.limit:
             self._held.popitem(last=False)
 
     def take(self, request: Any) -> list[dict[str, Any]] | None:
         """The held inputs for this request (once), freshly stamped; None: render it."""
         request_id = getattr(request, "request_id", None)
-        held = self._held.pop(request_id, None) if isinstance(request_id, str) else None
+        if not isinstance(request_id, str) or request_id != _FORWARDING.get():
+            return None  # not the request the gateway is forwarding here: rendered by vLLM
+        held = self._held.pop(request_id, None)
         if held is None:
             return None
         if render_key(request) != held[0]:

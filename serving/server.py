@@ -201,8 +201,9 @@ async def serve(prepared: Prepared, options: ServeOptions) -> int:
         limit = prepared.gateway_config.inline_render_chars
         if swapped := inline_short_renders(online.renderer, limit, online.chat_template):
             log.info("prompts of at most %d characters rendered in place (%s)", limit, ", ".join(swapped))
-        memo = RenderMemo()
-        if not remember_renders(online, memo):
+        held = RenderMemo()
+        memo = held if remember_renders(online, held) else None
+        if memo is None:
             log.info("vLLM's completion route renders each prompt again (its renderer has no render_completion)")
         completions = getattr(app.state, "openai_serving_completion", None)
         if completions is not None and not fast_prompt_text(completions, vllm_config.model_config):

@@ -617,3 +617,13 @@ def test_with_a_tracer_the_engine_is_the_gateways_child_in_the_clients_trace():
     _, trace_id, parent, flags = joined.decode().split("-")
     assert (trace_id, flags) == (TRACE_ID, "01") and parent != SPAN_ID  # the gateway's span, in the client's trace
     assert started.decode().split("-")[1] != TRACE_ID  # a request without one starts its own trace
+
+
+def test_a_websocket_handshake_keeps_the_clients_header_spelling_and_is_still_read():
+    """uvicorn's websocket handshake passes header names as the client spelled them (its HTTP
+    parsers lowercase them): a websocket's Authorization is found in either spelling."""
+    from serving.gateway import bearer
+
+    for name in (b"authorization", b"Authorization", b"AUTHORIZATION"):
+        assert bearer({"type": "websocket", "headers": [(name, b"Bearer sk-x")]}) == b"sk-x"
+    assert bearer({"type": "http", "headers": [(b"authorization", b"Bearer sk-x")]}) == b"sk-x"

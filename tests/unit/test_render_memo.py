@@ -43,6 +43,17 @@ def test_anything_but_the_same_request_is_not_given_the_held_render(other):
     assert memo.take(_request(**other)) is None
 
 
+def test_a_request_the_gateway_is_not_forwarding_here_is_not_given_it_and_leaves_it_held():
+    """vLLM's /v1/completions/render passes a client's body and request_id to the same renderer:
+    outside the forwarded request's context the id finds nothing, and the render stays held."""
+    import contextvars
+
+    memo = RenderMemo()
+    memo.keep("r1", render_key(_request()), [{"prompt_token_ids": [1, 2]}])
+    assert contextvars.Context().run(memo.take, _request()) is None
+    assert len(memo) == 1 and memo.take(_request()) is not None
+
+
 @pytest.mark.parametrize(
     "field", [{"suffix": "x"}, {"prompt_embeds": b"e"}, {"truncate_prompt_tokens": 4}, {"echo": True}]
 )
