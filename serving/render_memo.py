@@ -40,7 +40,7 @@ _UNSET = ("suffix", "prompt_embeds", "truncate_prompt_tokens", "mm_processor_kwa
 _FALSE = ("echo", "return_token_offsets")
 # the request id the gateway forwards in this context (its request's task, and the tasks vLLM's
 # route starts from it): the only request a held render is given to
-_FORWARDING: ContextVar[str | None] = ContextVar("kvscope_forwarding", default=None)
+_FORWARDING: ContextVar[str | None] = ContextVar("render_memo.forwarding", default=None)
 
 
 def render_key(request: Any) -> Key | None:
