@@ -67,8 +67,10 @@ def demo_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def vllm_server(demo_model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """vLLM's own OpenAI server on the demo model, started once for every test that needs it."""
+    """vLLM's own OpenAI server on the demo model, started once for every test that needs it;
+    eager, as kvscope's drills and test servers run on CPU: torch.compile's graphs added 46 s to
+    its start on a 2-core AVX2 machine (104 s against 58 s) and nothing here tests them."""
     log = tmp_path_factory.mktemp("vllm") / "vllm.log"
-    server = vllm_openai_server(demo_model_path, log, served_name=SERVED_NAME)
+    server = vllm_openai_server(demo_model_path, log, served_name=SERVED_NAME, extra_args=["--enforce-eager"])
     with running(server, timeout=240) as ready:
         yield ready
