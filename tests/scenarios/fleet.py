@@ -11,6 +11,7 @@ moment for the scrape path.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import zlib
@@ -166,6 +167,20 @@ def _lognormal_cdf(x: float, median: float, p99: float) -> float:
     return 0.5 * (1 + math.erf(math.log(x / median) / (sigma * math.sqrt(2))))
 
 
+# a state holds its latencies for minutes: a histogram's bucket shares are worked out once a shape
+@functools.lru_cache(maxsize=4096)
+def _shape(bounds: tuple[float, ...], median: float, p99: float) -> tuple[tuple[float, ...], float]:
+    """The cumulative share of a lognormal (median, p99) at each bound and +Inf, and its mean."""
+    cdf = tuple(_lognormal_cdf(bound, median, p99) for bound in (*bounds, math.inf))
+    sigma = math.log(max(p99, median * 1.0001) / median) / 2.326
+    return cdf, median * math.exp(sigma * sigma / 2)
+
+
+@functools.cache
+def _les(bounds: tuple[float, ...]) -> tuple[str, ...]:
+    return tuple("+Inf" if math.isinf(bound) else repr(float(bound)) for bound in (*bounds, math.inf))
+
+
 @dataclass
 class _Histogram:
     bounds: tuple[float, ...]
@@ -177,15 +192,14 @@ class _Histogram:
         self.counts = [0.0] * (len(self.bounds) + 1)
 
     def observe(self, count: float, median: float, p99: float) -> None:
-        for i, bound in enumerate((*self.bounds, math.inf)):
-            self.counts[i] += count * _lognormal_cdf(bound, median, p99)
-        sigma = math.log(max(p99, median * 1.0001) / median) / 2.326
-        self.total += count * median * math.exp(sigma * sigma / 2)
+        cdf, mean = _shape(self.bounds, median, p99)
+        for i, share in enumerate(cdf):
+            self.counts[i] += count * share
+        self.total += count * mean
         self.n += count
 
     def samples(self, name: str, labels: dict[str, str]) -> Iterable[tuple[str, dict[str, str], float]]:
-        for bound, count in zip((*self.bounds, math.inf), self.counts, strict=True):
-            le = "+Inf" if math.isinf(bound) else repr(float(bound))
+        for le, count in zip(_les(self.bounds), self.counts, strict=True):
             yield name + "_bucket", {**labels, "le": le}, round(count, 3)
         yield name + "_sum", labels, round(self.total, 6)
         yield name + "_count", labels, round(self.n, 3)
