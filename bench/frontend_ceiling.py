@@ -21,6 +21,12 @@ and each round, in an order that rotates so a slow second of the machine hits al
   engine step carries fewer requests, so a request costs more and half the ceiling's rate can
   keep the server far more than half busy).
 
+With `--step-ms` the mock paces its steps as a GPU's decode steps are (one every so many ms),
+and with `--rate` the latency runs' rate is fixed: a request then takes as many engine steps on
+every server, so its CPU at that rate no longer moves with how requests happen to overlap (a
+free-running mock steps as fast as the frontend pulls, and a slower frontend batches more per
+step), and a server's CPU a request differs from another's by what it does, not by its pace.
+
 The client is a lean aiohttp loop in this process (what `vllm bench serve` does, without its
 per-request tokenisation, which on a 2-core machine would take the server's CPU), so the
 figures are the frontend's own; they are not comparable across machines, the paired ratios
@@ -127,14 +133,21 @@ def otlp_sink() -> Iterator[str]:
 
 
 def start(
-    which: str, workdir: Path, chunk: int, otlp: str, cpus: str | None = None, calls: Path | None = None
+    which: str,
+    workdir: Path,
+    chunk: int,
+    otlp: str,
+    cpus: str | None = None,
+    calls: Path | None = None,
+    step_ms: float = 0.0,
 ) -> ServerProcess:
     """One server on the mock engine; on `cpus` (taskset's list) when given, with its threads;
     with `calls`, its event loop's calls counted between two signals (bench/frontend_calls.py)."""
     port = free_port()
     pinned = ["taskset", "--cpu-list", cpus] if cpus else []
     counted = ["--count-calls", str(calls)] if calls else []
-    mock = [*pinned, sys.executable, "-m", "bench.mock_engine", "--chunk", str(chunk), *counted]
+    paced = ["--step-ms", str(step_ms)] if step_ms else []
+    mock = [*pinned, sys.executable, "-m", "bench.mock_engine", "--chunk", str(chunk), *paced, *counted]
     where = ["--host", "127.0.0.1", "--port", str(port)]
     log = workdir / f"{which}.log"
     url = f"http://127.0.0.1:{port}"
@@ -298,7 +311,7 @@ def measure(servers: dict[str, ServerProcess], args: argparse.Namespace) -> dict
             for which in order:
                 ceiling(servers[which], shape, warm, args.concurrency, args.max_tokens)  # warm-up
                 row[which] = {"ceiling": ceiling(servers[which], shape, prompts, args.concurrency, args.max_tokens)}
-            rate = row[names[0]]["ceiling"]["req_per_s"] * args.at
+            rate = args.rate or row[names[0]]["ceiling"]["req_per_s"] * args.at
             arrivals = _prompts(args.half_requests, seed=1000 * i + n, words=args.prompt_words)
             for which in order:  # the same arrival times and prompts for each server
                 row[which]["half"] = latency(servers[which], shape, arrivals, rate, args.max_tokens, seed=i)
@@ -345,11 +358,11 @@ def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def table(result: dict[str, Any], rounds: int, at: float = 0.5) -> str:
+def table(result: dict[str, Any], rounds: int, at: float = 0.5, fixed: float | None = None) -> str:
     def cell(stats: dict[str, float], fmt: str) -> str:
         return f"{stats['median']:{fmt}} ({stats['min']:{fmt}} to {stats['max']:{fmt}})"
 
-    rate = "half" if at == 0.5 else f"{at:g} of bare's ceiling"
+    rate = f"{fixed:g} req/s" if fixed else "half" if at == 0.5 else f"{at:g} of bare's ceiling"
     lines = [
         f"| shape | gateway | bare req/s | gateway req/s | ratio ({rounds} rounds: median, spread) | "
         f"API-server CPU/request bare, gateway | gateway's CPU/request | the same at {rate} | "
@@ -594,6 +607,18 @@ def main(argv: list[str] | None = None) -> int:
         "--at", type=float, default=0.5, help="the latency runs' rate, a fraction of bare's ceiling (default 0.5)"
     )
     parser.add_argument(
+        "--rate",
+        type=float,
+        help="the latency runs' rate in requests a second, the same for every round (instead of --at)",
+    )
+    parser.add_argument(
+        "--step-ms",
+        type=float,
+        default=0.0,
+        help="the mock engine's steps this far apart, as a GPU's decode steps (default 0: as fast as the frontend "
+        "pulls); the ceiling is then the pace's, and CPU a request at --rate no longer moves with how requests overlap",
+    )
+    parser.add_argument(
         "--pin",
         action="store_true",
         help="servers on the last CPU this process may use, the client on the others (taskset): "
@@ -616,6 +641,10 @@ def main(argv: list[str] | None = None) -> int:
         return profile(args.profile, args, Path(tempfile.mkdtemp(prefix="kvscope-profile-")))
     if args.servers[0] != "bare" or len(args.servers) < 2 or any(n not in KNOWN for n in args.servers):
         parser.error(f"--servers: bare first, then one or more of {', '.join(KNOWN[1:])}")
+    if args.rate is not None and args.rate <= 0:
+        parser.error("--rate must be positive")
+    if args.step_ms < 0:
+        parser.error("--step-ms must not be negative")
     if args.smoke:
         args.rounds, args.requests, args.concurrency, args.max_tokens = 1, 12, 4, 8
         args.half_requests = None
@@ -627,7 +656,9 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.ExitStack() as stack:
         otlp = stack.enter_context(otlp_sink())
         cpus = ",".join(map(str, server_cpus)) if server_cpus else None
-        servers = {which: start(which, workdir, args.chunk, otlp, cpus) for which in args.servers}  # boot together
+        servers = {  # boot together
+            which: start(which, workdir, args.chunk, otlp, cpus, step_ms=args.step_ms) for which in args.servers
+        }
         for proc in servers.values():
             stack.callback(proc.stop)
         for which, proc in servers.items():
@@ -641,7 +672,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(text)
     print()
-    print(table(result, args.rounds, args.at))
+    print(table(result, args.rounds, args.at, args.rate))
     for shape in SHAPES:
         if shape.name in result:
             held = "; ".join(

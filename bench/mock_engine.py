@@ -40,11 +40,13 @@ class _Running:
 class MockEngineCore:
     """The subset of vLLM's `EngineCoreClient` that `AsyncLLM` uses while serving."""
 
-    def __init__(self, vllm_config: Any, chunk: int) -> None:
+    def __init__(self, vllm_config: Any, chunk: int, step_ms: float = 0.0) -> None:
         from vllm.v1.engine import EngineCoreOutputs
         from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder
 
         self.chunk = chunk
+        self.step_s = step_ms / 1000.0  # 0: a step as soon as the frontend asks for one
+        self._next_step = 0.0  # when the next paced step is due (the loop's clock)
         self.engine_ranks_managed = [0]
         self.resources = argparse.Namespace(engine_dead=False)
         self._running: dict[str, _Running] = {}
@@ -74,6 +76,8 @@ class MockEngineCore:
         while not self._running:
             self._arrived.clear()
             await self._arrived.wait()
+        if self.step_s:
+            await self._pace()
         outputs = []
         for running in list(self._running.values()):
             n = min(self.chunk, running.remaining)
@@ -92,6 +96,16 @@ class MockEngineCore:
                 del self._running[running.request_id]
         await asyncio.sleep(0)  # the socket read a real client awaits
         return self._decoder.decode(self._encoder.encode(EngineCoreOutputs(outputs=outputs)))
+
+    async def _pace(self) -> None:
+        """Hold each step to its period after the last, as a GPU's decode step would; a frontend
+        too slow to ask in time gets the step at once (no catching up in a burst)."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if self._next_step > now:
+            await asyncio.sleep(self._next_step - now)
+            now = loop.time()
+        self._next_step = max(self._next_step, now) + self.step_s
 
     async def reset_mm_cache_async(self) -> None:
         return None
@@ -112,12 +126,12 @@ class MockEngineCore:
         self._running.clear()
 
 
-def install(chunk: int) -> None:
+def install(chunk: int, step_ms: float = 0.0) -> None:
     """Make every `AsyncLLM` built in this process use a `MockEngineCore`."""
     from vllm.v1.engine.core_client import EngineCoreClient
 
     def make_async_mp_client(vllm_config: Any, *_: Any, **__: Any) -> MockEngineCore:
-        return MockEngineCore(vllm_config, chunk)
+        return MockEngineCore(vllm_config, chunk, step_ms)
 
     EngineCoreClient.make_async_mp_client = staticmethod(make_async_mp_client)  # type: ignore[method-assign,assignment]
 
@@ -162,6 +176,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chunk", type=int, default=1, help="tokens per request per engine step (default 1)")
     parser.add_argument(
+        "--step-ms",
+        type=float,
+        default=0.0,
+        help="pace the engine's steps this far apart, as a GPU's decode step (default 0: as fast as pulled)",
+    )
+    parser.add_argument(
         "--skip-gateway",
         action="store_true",
         help="kvscope: uvicorn serves vLLM's app, the gateway built but stepped over (the rest of the process's cost)",
@@ -174,7 +194,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.chunk < 1:
         parser.error("--chunk must be at least 1")
-    install(args.chunk)
+    if args.step_ms < 0:
+        parser.error("--step-ms must not be negative")
+    install(args.chunk, args.step_ms)
     if args.count_calls:
         count_calls(args.count_calls)
     if args.skip_gateway:

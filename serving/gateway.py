@@ -575,13 +575,21 @@ class Gateway:
         receive_body = _replay(body, receive)
 
         common = _CHAT_COMMON if shape in (Shape.CHAT, Shape.CHAT_BATCH) else _COMMON
+        field_name, value_at = common[0], len(common[0])
 
         def send_tracked(message: Message) -> Awaitable[None]:
             """Not a coroutine: it hands back the transport's own send, one frame less a chunk."""
             if message["type"] == "http.response.body":  # every streamed token: the short path first
                 if exchange.streaming:
                     chunk = message.get("body", b"")
-                    exchange.streamed += output_events(chunk if type(chunk) is bytes else bytes(chunk), common)
+                    # vLLM's usual token event, settled here without a call: one event (its first
+                    # newline ends it), its common field not empty; anything else is read whole
+                    at = chunk.find(field_name) if type(chunk) is bytes else -1
+                    one = at >= 0 and chunk.find(b"\n") >= len(chunk) - 2
+                    if one and chunk[at + value_at : at + value_at + 1] != b'"':
+                        exchange.streamed += 1
+                    else:
+                        exchange.streamed += output_events(chunk if type(chunk) is bytes else bytes(chunk), common)
                 if not message.get("more_body", False):
                     exchange.done, exchange.ended_at = True, time.perf_counter()
                 return send(message)

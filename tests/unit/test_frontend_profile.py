@@ -85,6 +85,7 @@ def test_with_passthrough_measured_the_gateway_is_also_set_against_it_round_by_r
     assert "| completions, streaming | passthrough | 98 |" in text
     assert "| added p99 at half |" in text
     assert "| added p99 at 0.25 of bare's ceiling |" in table({"completions, streaming": found}, rounds=2, at=0.25)
+    assert "| added p99 at 40 req/s |" in table({"completions, streaming": found}, rounds=2, fixed=40.0)  # --rate
 
 
 def test_pinned_the_servers_get_one_cpu_and_the_client_the_rest() -> None:

@@ -463,29 +463,52 @@ def test_a_body_that_is_not_declared_json_is_a_415():
     assert ok.status_code == 200 and not engine.seen[:-1]
 
 
-@pytest.mark.parametrize(
-    ("chunk", "events"),
-    [
-        (b'data: {"choices":[{"index":0,"text":"ka","logprobs":null}]}\n\n', 1),
-        (b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n', 0),  # chat's role chunk
-        (b'data: {"choices":[{"delta":{"content":"ka"}}]}\n\ndata: {"choices":[{"delta":{"content":"lo"}}]}\n\n', 2),
-        (b'event: response.created\ndata: {"type":"response.created"}\n\n', 0),
-        (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","delta":"ka"}\n\n', 1),
-        (b'event: content_block_delta\ndata: {"type":"content_block_delta","delta":{"text":"ka"}}\n\n', 1),
-        (b'data: {"choices":[],"usage":{"completion_tokens":5}}\n\ndata: [DONE]\n\n', 0),
-        (b'data: {"choices":[{"delta":{"content":"","tool_calls":[{"id":"c"}]}}]}\n\n', 1),  # a tool call
-        (b'data: {"choices":[{"delta":{"content":""}}]}\n\ndata: {"choices":[{"text":"\\"q"}]}\n\n', 1),
-        (b'data: {"choices":[{"delta":{"reasoning":"hm"}}]}', 1),  # an event split across chunks
-        (b'data: {"choices":[{"text":"","finish_reason":"length"}]}\n\n', 0),  # the finish chunk
-        (b'data: {"choices":[{"text":"","delta":{"content":"ka"}}]}\n\n', 1),  # an empty field, then text
-        (b'data: {"choices":[{"text":"', 1),  # cut right after the field: the regex's answer too
-    ],
-)
+_EVENTS = [
+    (b'data: {"choices":[{"index":0,"text":"ka","logprobs":null}]}\n\n', 1),
+    (b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n', 0),  # chat's role chunk
+    (b'data: {"choices":[{"delta":{"content":"ka"}}]}\n\ndata: {"choices":[{"delta":{"content":"lo"}}]}\n\n', 2),
+    (b'event: response.created\ndata: {"type":"response.created"}\n\n', 0),
+    (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","delta":"ka"}\n\n', 1),
+    (b'event: content_block_delta\ndata: {"type":"content_block_delta","delta":{"text":"ka"}}\n\n', 1),
+    (b'data: {"choices":[],"usage":{"completion_tokens":5}}\n\ndata: [DONE]\n\n', 0),
+    (b'data: {"choices":[{"delta":{"content":"","tool_calls":[{"id":"c"}]}}]}\n\n', 1),  # a tool call
+    (b'data: {"choices":[{"delta":{"content":""}}]}\n\ndata: {"choices":[{"text":"\\"q"}]}\n\n', 1),
+    (b'data: {"choices":[{"delta":{"reasoning":"hm"}}]}', 1),  # an event split across chunks
+    (b'data: {"choices":[{"text":"","finish_reason":"length"}]}\n\n', 0),  # the finish chunk
+    (b'data: {"choices":[{"text":"","delta":{"content":"ka"}}]}\n\n', 1),  # an empty field, then text
+    (b'data: {"choices":[{"text":"', 1),  # cut right after the field: the regex's answer too
+    (b'data: {"choices":[{"delta":{"content":"ka"}}]}\n\ndata: [DONE]\n\n', 1),  # the last token and [DONE]
+    (b'data: {"choices":[{"text":"ka"}]}\n\ndata: {"choices":[{"text":"lo"}]}\n\n', 2),
+]
+
+
+@pytest.mark.parametrize(("chunk", "events"), _EVENTS)
 def test_only_events_with_generated_output_are_charged(chunk, events):
     from serving.gateway import _CHAT_COMMON, output_events
 
     assert output_events(chunk) == events
     assert output_events(chunk, _CHAT_COMMON) == events  # the order chat streams look in
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_what_a_stream_is_charged_is_what_its_chunks_carry(path):
+    """The gateway's inline check on each chunk (vLLM's one-token events) and output_events on
+    any other: a client gone mid-stream is charged the output events of every chunk it was sent."""
+
+    class Chunks(_Streamer):
+        async def __call__(self, scope, receive, send) -> None:
+            await receive()
+            await send(
+                {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]}
+            )
+            for chunk, _ in _EVENTS:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": bytearray(_EVENTS[0][0]), "more_body": True})
+            await receive()  # the client goes away mid-stream
+
+    gateway, sent = _stream_once(Chunks(0), path)
+    assert sum(1 for m in sent if m["type"] == "http.response.body") == len(_EVENTS) + 1
+    assert _charged(gateway, "completion") == sum(events for _, events in _EVENTS) + 1
 
 
 @pytest.mark.parametrize("common", ["completions", "chat"])

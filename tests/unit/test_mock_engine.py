@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
+
+import pytest
 
 from bench.mock_engine import MOCK_KV_BLOCKS, MockEngineCore
 
@@ -78,3 +81,36 @@ def test_each_output_carries_its_requests_trace_headers_as_vllms_scheduler_does(
 
     headers = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
     assert asyncio.run(run()) == [("a", headers), ("b", None)] * 2
+
+
+def test_a_paced_engine_spaces_its_steps_a_period_apart():
+    """--step-ms: a step no sooner than a period after the last, as a GPU's decode step (a busy
+    machine only spaces them further, so the test bounds the gap from below)."""
+
+    async def run() -> list[float]:
+        loop = asyncio.get_running_loop()
+        engine = MockEngineCore(_config(), chunk=1, step_ms=20.0)
+        await engine.add_request_async(_request("a", 4))
+        times = []
+        while engine.dp_engines_running():
+            await engine.get_output_async()
+            times.append(loop.time())
+        return times
+
+    times = asyncio.run(run())
+    assert len(times) == 4
+    assert all(later - earlier >= 0.0195 for earlier, later in itertools.pairwise(times))
+
+
+@pytest.mark.parametrize(("step_ms", "waits"), [(0.0, False), (50.0, True)])
+def test_only_a_paced_engine_waits_on_a_timer_between_steps(step_ms, waits):
+    async def run() -> bool:
+        engine = MockEngineCore(_config(), chunk=1, step_ms=step_ms)
+        await engine.add_request_async(_request("a", 3))
+        await engine.get_output_async()
+        step = engine.get_output_async()
+        suspended = step.send(None)  # unpaced: the bare yield of the socket read it models
+        step.close()
+        return isinstance(suspended, asyncio.Future)
+
+    assert asyncio.run(run()) is waits
