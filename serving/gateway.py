@@ -582,14 +582,19 @@ class Gateway:
             if message["type"] == "http.response.body":  # every streamed token: the short path first
                 if exchange.streaming:
                     chunk = message.get("body", b"")
+                    if type(chunk) is not bytes:
+                        chunk = bytes(chunk)
                     # vLLM's usual token event, settled here without a call: one event (its first
                     # newline ends it), its common field not empty; anything else is read whole
-                    at = chunk.find(field_name) if type(chunk) is bytes else -1
-                    one = at >= 0 and chunk.find(b"\n") >= len(chunk) - 2
-                    if one and chunk[at + value_at : at + value_at + 1] != b'"':
+                    at = chunk.find(field_name)
+                    if (
+                        at >= 0
+                        and chunk.find(b"\n") >= len(chunk) - 2
+                        and chunk[at + value_at : at + value_at + 1] != b'"'
+                    ):
                         exchange.streamed += 1
                     else:
-                        exchange.streamed += output_events(chunk if type(chunk) is bytes else bytes(chunk), common)
+                        exchange.streamed += output_events(chunk, common)
                 if not message.get("more_body", False):
                     exchange.done, exchange.ended_at = True, time.perf_counter()
                 return send(message)
