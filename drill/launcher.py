@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -19,14 +20,37 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
 from serving.hardware import detect
 
+# Servers listen below the kernel's ephemeral range: a port the kernel hands out for bind(0) or
+# an outgoing connection is free again the moment it is closed, and another test worker's server
+# could take it before this one binds it (CI once read a neighbour's Prometheus that way).
+_SERVER_PORTS = (10000, 32768)
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return _SERVER_PORTS[1]
+
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now."""
+    """A TCP port nothing listens on right now, outside the ephemeral range where the kernel
+    has room below it (else one the kernel picks)."""
+    low, high = _SERVER_PORTS[0], min(_SERVER_PORTS[1], _ephemeral_low())
+    for _ in range(64 if high - low >= 1000 else 0):
+        port = random.randrange(low, high)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
@@ -102,10 +126,36 @@ class ServerProcess:
                         f"ready; last log lines:\n{self.log_tail()}"
                     )
                 with contextlib.suppress(httpx.HTTPError):
-                    if client.get(self.base_url + path).status_code == 200:
+                    if client.get(self.base_url + path).status_code == 200 and self._listens():
                         return
                 time.sleep(0.5)
         raise ServerFailedError(f"{self.name} not ready after {timeout:.0f}s:\n{self.log_tail()}")
+
+    def _listens(self) -> bool:
+        """Whether what answered is this server: its port's listening socket is held by the
+        leash's process tree. Another process's answer is an error (this server cannot bind the
+        port it was given), never silently read as this server's."""
+        import psutil
+
+        port = urlsplit(self.base_url).port
+        try:
+            tree = psutil.Process(self.proc.pid).children(recursive=True)
+            held = {c.laddr.port for p in tree for c in p.net_connections("inet") if c.status == psutil.CONN_LISTEN}
+        except psutil.AccessDenied:
+            return True  # not ours to look at: the answer is taken as this server's
+        except psutil.Error:
+            return False  # the tree changed while it was read: asked again
+        if port in held:
+            return True
+        if self.proc.poll() is None and any(
+            c.laddr.port == port and c.status == psutil.CONN_LISTEN and c.pid not in {p.pid for p in tree}
+            for c in psutil.net_connections("inet")
+        ):
+            raise ServerFailedError(
+                f"{self.name}: port {port} answers, but another process listens on it; "
+                f"last log lines:\n{self.log_tail()}"
+            )
+        return False
 
     def stop(self, grace: float = 20.0) -> int | None:
         """SIGTERM the process group, then SIGKILL what is left after `grace` seconds."""
