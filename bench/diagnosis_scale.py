@@ -147,7 +147,9 @@ def record_rollups(url: str, start: float, end: float, data: Path, work: Path) -
     argv = [prometheus.binary("promtool"), "tsdb", "create-blocks-from", "rules", f"--url={url}"]
     argv += [f"--start={int(start)}", f"--end={int(end)}", f"--output-dir={out}"]
     argv += [f"--eval-interval={c.ROLLUP_INTERVAL}", str(rules)]
-    subprocess.run(argv, check=True, capture_output=True, timeout=3600)
+    done = subprocess.run(argv, check=True, capture_output=True, text=True, timeout=3600)
+    if not out.is_dir():  # promtool writes no block when every query came back empty
+        raise RuntimeError(f"promtool recorded no rollups from {url}: {done.stderr.strip()[-500:]}")
     for block in out.iterdir():
         if block.is_dir():
             block.rename(data / block.name)
