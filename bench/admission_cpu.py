@@ -1,7 +1,7 @@
 """Benchmark: the gateway's CPU per admitted request, after issue 11 (every route guarded,
 strict JSON, bounded fields, prompts rendered by vLLM's own renderer).
 
-    .venv/bin/python -m bench.admission_cpu [--requests 2000] [--prompt-words 1500]
+    .venv/bin/python -m bench.admission_cpu [--requests 2000] [--prompt-words 1500] [--evict-mib 32]
 
 In one process, the real Gateway in front of a stand-in for vLLM's app (it answers 200 at once),
 with the counter `kvscope serve` uses: vLLM's OnlineRenderer on the demo model, no engine. Each
@@ -166,6 +166,26 @@ def _cpu_per_request(gateway: Any, path: str, body: bytes, requests: int) -> flo
     return asyncio.run(many())
 
 
+def _cold_cpu_per_request(gateway: Any, path: str, body: bytes, requests: int, evict_mib: int) -> float:
+    """CPU time (thread time) of each request alone, a buffer of `evict_mib` MiB written before
+    each: the caches hold none of the gateway's code and objects, as on a server where vLLM's
+    frontend ran for milliseconds between two of its requests. The median, in seconds."""
+    buffer, zeros = bytearray(evict_mib << 20), bytes(evict_mib << 20)
+
+    async def many() -> float:
+        for _ in range(20):  # warm-up
+            assert await _one(gateway, path, body) == 200
+        times = []
+        for _ in range(requests):
+            buffer[:] = zeros
+            started = time.thread_time_ns()
+            await _one(gateway, path, body)
+            times.append(time.thread_time_ns() - started)
+        return statistics.median(times) / 1e9
+
+    return asyncio.run(many())
+
+
 def _count(counter: VllmCounter, name: str, body: bytes) -> Counted:
     """What the renderer counts for one body (the budget left out, as the gateway does)."""
     fields = {k: v for k, v in json.loads(body).items() if not k.startswith("max_")}
@@ -187,6 +207,13 @@ def main() -> None:
         default=INLINE_RENDER_CHARS,
         help=f"prompts of at most this many characters rendered in place (default {INLINE_RENDER_CHARS}; "
         "0: all in vLLM's thread pool, as vLLM does)",
+    )
+    parser.add_argument(
+        "--evict-mib",
+        type=int,
+        default=0,
+        help="also time each streamed request with this many MiB written before it, the caches emptied "
+        "as a busy server's are (0: not; 32 is past this machine's last-level cache)",
     )
     args = parser.parse_args()
     renderer = offline_renderer(str(ensure_demo_model()), args.inline_chars, kv_cache_memory_bytes=1 << 30)
@@ -218,6 +245,19 @@ def main() -> None:
                 median_ms(_gateway(_Precounted(counted), engine), path, body),
             )
             print(f"| {path} | {alone:.3f} | {through:.3f} | {through - alone:.3f} |")
+        if args.evict_mib:
+            print(f"\nThe same, {args.evict_mib} MiB written before each request (a median of single requests):\n")
+            print("| route | the stand-in alone, ms CPU | through the gateway, ms CPU | the gateway's own, ms CPU |")
+            print("| --- | --- | --- | --- |")
+            for name in ("completions", "chat"):
+                path, body = bodies[name]
+                body = json.dumps({**json.loads(body), "stream": True}).encode()
+                engine = _streaming_engine(_events(path, args.stream_tokens))
+                cold = [
+                    1000 * _cold_cpu_per_request(app, path, body, args.requests // 4, args.evict_mib)
+                    for app in (engine, _gateway(_Precounted(counted), engine))
+                ]
+                print(f"| {path} | {cold[0]:.3f} | {cold[1]:.3f} | {cold[1] - cold[0]:.3f} |")
 
 
 if __name__ == "__main__":

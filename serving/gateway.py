@@ -28,7 +28,7 @@ import msgspec
 from opentelemetry import trace
 from starlette._utils import get_route_path
 
-from serving import routes, tracing
+from serving import request_handoff, routes, tracing
 from serving.admission import Admission, AdmissionPolicy
 from serving.bodies import parse_json, read_body
 from serving.errors import Rejection, error_body
@@ -319,9 +319,11 @@ class Gateway:
         mounted: frozenset[str] | None = None,
         genai: GenAiMetrics | None = None,
         memo: RenderMemo | None = None,
+        handoff: bool = False,
     ) -> None:
         self.app = app
         self.memo = memo  # renders held for vLLM's completion route (None: vLLM renders again)
+        self.handoff = handoff  # validated requests handed to vLLM's routes (request_handoff.install)
         self.policy = policy
         self.counter = counter
         self.metrics = metrics
@@ -485,6 +487,7 @@ class Gateway:
             shape,
             reservation,
             counted.rendered,
+            (counted.request, body),
         )
 
     def _short_enough(self, body: dict[str, Any], raw_bytes: int) -> None:
@@ -548,12 +551,20 @@ class Gateway:
         shape: Shape,
         reservation: Reservation | None = None,
         rendered: Rendered | None = None,
+        validated: tuple[Any, dict[str, Any]] = (None, {}),
     ) -> None:
         request_id = new_request_id()
         if shape is Shape.RESPONSES:  # the Responses API names its engine request after the body's id
             forwarded_body = {**forwarded_body, "request_id": f"resp_{request_id}"}
         elif rendered is not None and self.memo is not None:  # vLLM's route takes the gateway's render
             forwarded_body = {**forwarded_body, "request_id": request_id}
+        # vLLM's route takes the request the gateway validated (the body is not parsed again)
+        request, client_body = validated
+        if request is not None and self.handoff and self.route_path(scope) in request_handoff.ROUTES:
+            counted = {k: v for k, v in client_body.items() if k not in _BUDGET_FIELDS}
+            request = request_handoff.handed(request, counted, forwarded_body)
+        else:
+            request = None
         span = self._span(scope, request_id, admission, tenant, tier)
         tag = RequestTag(tenant, tier, admission.qos_class, admission.priority, span)
         deadline = self.policy.config.tiers[tier].deadline_seconds
@@ -630,6 +641,8 @@ class Gateway:
         self._publish_quota(tenant, tier)
         self.inflight += 1
         forwarded = {**scope, "headers": headers}
+        if request is not None:
+            forwarded[request_handoff.SCOPE_KEY] = request
         admitted = time.perf_counter()
         self.metrics.child(self.metrics.gateway_seconds, self.model_name).observe(admitted - arrived)
         lane = self.lanes.get(admission.qos_class)

@@ -37,6 +37,8 @@ class Counted:
     patch: dict[str, Any] = field(default_factory=dict)  # fields to set in the forwarded body
     # a completion's render, for vLLM's route to take (serving/render_memo.py): its key, its inputs
     rendered: Rendered | None = None
+    # the counted body as vLLM's request model validated it, for its route (serving/request_handoff.py)
+    request: Any = None
 
 
 class TooLong(Exception):  # noqa: N818 - an outcome of counting, not an error of ours
@@ -287,18 +289,18 @@ class VllmCounter:
         ids = self._ids(inputs, "prompt")
         key = render_key(request)
         if key is not None:  # vLLM's route takes this render as it is: the prompt goes on unchanged
-            return Counted([len(i) for i in ids], rendered=(key, inputs))
+            return Counted([len(i) for i in ids], rendered=(key, inputs), request=request)
         prompt = body.get("prompt")
         text = isinstance(prompt, str) or (isinstance(prompt, list) and all(isinstance(p, str) for p in prompt))
         patch = {"prompt": ids[0] if isinstance(prompt, str) else ids} if text and body.get("suffix") is None else {}
-        return Counted([len(i) for i in ids], patch)
+        return Counted([len(i) for i in ids], patch, request=request)
 
     async def chat(self, body: dict[str, Any]) -> Counted:
         _non_empty(body, "messages")
         request = self._validated(_vllm().ChatCompletionRequest, body)
         (ids,) = await self._rendered(self.renderer.render_chat(request), "conversation")
         kv = dict(body.get("kv_transfer_params") or {})
-        return Counted([len(ids)], {"kv_transfer_params": {**kv, "prompt_token_ids": ids}})
+        return Counted([len(ids)], {"kv_transfer_params": {**kv, "prompt_token_ids": ids}}, request=request)
 
     async def messages(self, body: dict[str, Any]) -> Counted:
         _non_empty(body, "messages")

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kvscope import exitcodes
-from serving import genai_metrics, telemetry_env, tracing
+from serving import genai_metrics, request_handoff, telemetry_env, tracing
 from serving.admission import AdmissionPolicy
 from serving.demo_model import SERVED_NAME, ensure_demo_model
 from serving.gateway import Gateway
@@ -234,6 +234,7 @@ async def serve(prepared: Prepared, options: ServeOptions) -> int:
             mounted=frozenset(getattr(r, "path", "") for r in app.routes),
             genai=genai,
             memo=memo,
+            handoff=request_handoff.install(),
         )
         _log_gateway(gateway, kv_capacity_tokens(vllm_config))
         for row in prepared.effective:

@@ -47,7 +47,7 @@ def test_call_counts_show_the_gateways_per_token_work_and_one_render_a_prompt(tm
     a token behind kvscope serve and never with it stepped over; the prompt is rendered once on
     both (the gateway's render is the one vLLM's route takes, serving/render_memo.py), and vLLM's
     re-parse of an id prompt for its text (once a token before serving/prompt_text.py) does not
-    run at all."""
+    run at all; the body is validated once on both."""
     tokens = 6
     counted = ["--requests", "4", "--concurrency", "2", "--max-tokens", str(tokens), "--top", "1000"]
     done, result = bench("frontend_calls", tmp_path / "calls.json", *counted)
@@ -59,4 +59,7 @@ def test_call_counts_show_the_gateways_per_token_work_and_one_render_a_prompt(tm
     assert (rows["take"]["passthrough"], rows["take"]["default"]) == (1, 2)
     for vllms in ("preprocess_completion", "render_cmpl_async", "_extract_prompt_components"):
         assert vllms not in rows, rows.get(vllms)  # vLLM's render once a request on both; its re-parse never
+    # the body validated once on both: vLLM's route takes the gateway's request
+    # (serving/request_handoff.py), so its validator's deep copies of a parsed body happen as often
+    assert "deepcopy" not in rows, rows.get("deepcopy")
     assert "| default | 4 | 0 |" in done.stdout
