@@ -3,8 +3,8 @@
 The gateway validates each completion and chat body with vLLM's own request model to render and
 count it (serving/prompts.py). FastAPI then parsed the forwarded body again (`json.loads`) and
 validated it again with the same model, vLLM's wrap validator deep-copying it to log extra
-fields: about 90 us of the event loop a request on a busy server (py-spy, docs/benchmarks.md),
-the same work twice.
+fields: the same work twice, about 140 calls a streamed completion of the event loop's 10,700
+(bench.frontend_calls; its CPU is below what bench.frontend_together resolves, docs/benchmarks.md).
 
 `handed` makes, from the gateway's validated request, the one FastAPI would validate from the
 forwarded body: the fields the gateway set after counting (the output budget admission clamped,
