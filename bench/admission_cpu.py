@@ -18,6 +18,7 @@ import asyncio
 import json
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -234,30 +235,29 @@ def main() -> None:
         print(f"| {path} | {tokens} | {median_ms(own, path, body):.3f} | {median_ms(rendered, path, body):.3f} |")
     if args.stream_tokens:
         print(f"\nStreamed, {args.stream_tokens} tokens a request (one SSE event each), rendering left out:\n")
-        print("| route | the stand-in alone, ms CPU | through the gateway, ms CPU | the gateway's own, ms CPU |")
-        print("| --- | --- | --- | --- |")
-        for name in ("completions", "chat"):
-            path, body = bodies[name]
-            body = json.dumps({**json.loads(body), "stream": True}).encode()
-            engine = _streaming_engine(_events(path, args.stream_tokens))
-            alone, through = (
-                median_ms(engine, path, body),
-                median_ms(_gateway(_Precounted(counted), engine), path, body),
-            )
-            print(f"| {path} | {alone:.3f} | {through:.3f} | {through - alone:.3f} |")
-        if args.evict_mib:
-            print(f"\nThe same, {args.evict_mib} MiB written before each request (a median of single requests):\n")
-            print("| route | the stand-in alone, ms CPU | through the gateway, ms CPU | the gateway's own, ms CPU |")
-            print("| --- | --- | --- | --- |")
-            for name in ("completions", "chat"):
-                path, body = bodies[name]
-                body = json.dumps({**json.loads(body), "stream": True}).encode()
-                engine = _streaming_engine(_events(path, args.stream_tokens))
-                cold = [
-                    1000 * _cold_cpu_per_request(app, path, body, args.requests // 4, args.evict_mib)
-                    for app in (engine, _gateway(_Precounted(counted), engine))
-                ]
-                print(f"| {path} | {cold[0]:.3f} | {cold[1]:.3f} | {cold[1] - cold[0]:.3f} |")
+        _streamed_table(bodies, counted, args.stream_tokens, lambda app, path, body: median_ms(app, path, body))
+    if args.stream_tokens and args.evict_mib:
+        print(f"\nThe same, {args.evict_mib} MiB written before each request (a median of single requests):\n")
+        _streamed_table(
+            bodies,
+            counted,
+            args.stream_tokens,
+            lambda app, path, body: 1000 * _cold_cpu_per_request(app, path, body, args.requests // 4, args.evict_mib),
+        )
+
+
+def _streamed_table(
+    bodies: dict[str, tuple[str, bytes]], counted: dict[str, Counted], tokens: int, ms: Callable[..., float]
+) -> None:
+    """The stand-in alone and behind the gateway, streaming `tokens` events, timed by `ms`."""
+    print("| route | the stand-in alone, ms CPU | through the gateway, ms CPU | the gateway's own, ms CPU |")
+    print("| --- | --- | --- | --- |")
+    for name in ("completions", "chat"):
+        path, body = bodies[name]
+        body = json.dumps({**json.loads(body), "stream": True}).encode()
+        engine = _streaming_engine(_events(path, tokens))
+        alone, through = ms(engine, path, body), ms(_gateway(_Precounted(counted), engine), path, body)
+        print(f"| {path} | {alone:.3f} | {through:.3f} | {through - alone:.3f} |")
 
 
 if __name__ == "__main__":

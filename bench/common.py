@@ -93,3 +93,8 @@ def by_prompt_length(result: dict[str, Any], below: int) -> list[float]:
 
 def summary(values: Sequence[float]) -> str:
     return f"p50 {statistics.median(values) * 1000:.1f} ms, p99 {percentile(values, 99) * 1000:.1f} ms"
+
+
+def comma_list(text: str) -> list[str]:
+    """An argparse type: `a, b,c` -> ["a", "b", "c"]."""
+    return [part.strip() for part in text.split(",")]

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.common import comma_list
 from bench.frontend_ceiling import KNOWN, SHAPES, _prompts, ceiling, otlp_sink, start
 
 WARM_REQUESTS = 64
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--servers",
-        type=lambda text: [part.strip() for part in text.split(",")],
+        type=comma_list,
         default=["passthrough", "default"],
         help=f"servers to count, the first the reference (of {', '.join(KNOWN)}; default passthrough,default)",
     )

@@ -52,7 +52,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from bench.common import percentile
+from bench.common import comma_list, percentile
 from bench.serve_overhead import cpu_seconds
 from drill.launcher import ServerProcess, free_port, platform_engine_args, start_process
 from serving.demo_model import SERVED_NAME, ensure_demo_model
@@ -589,13 +589,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--shapes",
-        type=lambda text: [part.strip() for part in text.split(",")],
+        type=comma_list,
         default=[s.key for s in SHAPES],
         help=f"request shapes to measure, comma-separated, of {', '.join(s.key for s in SHAPES)} (default all)",
     )
     parser.add_argument(
         "--servers",
-        type=lambda text: [part.strip() for part in text.split(",")],
+        type=comma_list,
         default=list(SERVERS),
         help=f"servers to measure, bare first (default {','.join(SERVERS)}; also passthrough: kvscope serve "
         f"with its gateway stepped over; offload: default with every render on vLLM's thread pool; tuned-sampled: tuned with {TRACE_RATIO:g} of the traces kept)",
@@ -628,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the result here")
     parser.add_argument(
         "--profile",
-        type=lambda text: [part.strip() for part in text.split(",")],
+        type=comma_list,
         help=f"instead: sample these servers (of {', '.join(KNOWN)}, comma-separated) with py-spy at "
         "saturation, one after the other; two or more: CPU per request by package side by side",
     )

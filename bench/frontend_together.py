@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench.common import comma_list
 from bench.frontend_ceiling import KNOWN, SHAPES, _open, _prompts, otlp_sink, split_cpus, start
 from bench.serve_overhead import cpu_seconds
 from drill.launcher import ServerProcess
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--servers",
-        type=lambda text: [part.strip() for part in text.split(",")],
+        type=comma_list,
         default=["passthrough", "default"],
         help=f"servers, the reference first (of {', '.join(KNOWN)}; one may come twice; default passthrough,default)",
     )

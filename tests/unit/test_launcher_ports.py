@@ -56,7 +56,7 @@ def test_a_neighbours_answer_on_the_port_is_an_error_not_readiness(tmp_path):
         # a server that will never bind: started late, it would find the port taken
         server = start_process(
             "late",
-            [sys.executable, "-c", "import time; time.sleep(120)"],
+            [sys.executable, "-c", "import signal; signal.pause()"],
             f"http://127.0.0.1:{port}",
             tmp_path / "l.log",
         )
