@@ -30,8 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import comma_list
-from bench.frontend_ceiling import KNOWN, SHAPES, _prompts, ceiling, otlp_sink, start
+from bench.frontend_ceiling import KNOWN, SHAPES, _prompts, ceiling, otlp_sink, paired_servers, start
 
 WARM_REQUESTS = 64
 SIGNAL_WAIT_S = 60.0  # for the server to start or finish counting (a slow machine, a busy core)
@@ -141,13 +140,7 @@ def table(counted: list[Counted], rows: list[dict[str, Any]], max_tokens: int, s
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--servers",
-        type=comma_list,
-        default=["passthrough", "default"],
-        help=f"servers to count, the first the reference (of {', '.join(KNOWN)}; default passthrough,default)",
-    )
-    parser.add_argument("--shape", default=SHAPES[0].key, choices=[s.key for s in SHAPES], help="request shape")
+    paired_servers(parser, "to count")
     parser.add_argument("--requests", type=int, default=200, help="requests counted per server (default 200)")
     parser.add_argument("--concurrency", type=int, default=8, help="closed-loop clients (default 8)")
     parser.add_argument("--max-tokens", type=int, default=64, help="output tokens per request (default 64)")

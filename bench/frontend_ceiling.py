@@ -577,6 +577,18 @@ def _hot_tables(found: Profiled, args: argparse.Namespace) -> None:
         print(f"| `{key}` | {100 * own / total:.1f} % |")
 
 
+def paired_servers(parser: argparse.ArgumentParser, what: str) -> None:
+    """--servers (the reference first, passthrough,default unless told) and --shape, for the
+    benchmarks that compare servers on the mock engine (frontend_calls, frontend_together)."""
+    parser.add_argument(
+        "--servers",
+        type=comma_list,
+        default=["passthrough", "default"],
+        help=f"servers {what}, the reference first (of {', '.join(KNOWN)}; default passthrough,default)",
+    )
+    parser.add_argument("--shape", default=SHAPES[0].key, choices=[s.key for s in SHAPES], help="request shape")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")

@@ -29,8 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.common import comma_list
-from bench.frontend_ceiling import KNOWN, SHAPES, _open, _prompts, otlp_sink, split_cpus, start
+from bench.frontend_ceiling import KNOWN, SHAPES, _open, _prompts, otlp_sink, paired_servers, split_cpus, start
 from bench.serve_overhead import cpu_seconds
 from drill.launcher import ServerProcess
 
@@ -102,18 +101,12 @@ def table(summary: dict[str, Any], rounds: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--servers",
-        type=comma_list,
-        default=["passthrough", "default"],
-        help=f"servers, the reference first (of {', '.join(KNOWN)}; one may come twice; default passthrough,default)",
-    )
+    paired_servers(parser, "at once, one of them twice to see the floor")
     parser.add_argument("--rate", type=float, default=20.0, help="requests a second to each server (default 20)")
     parser.add_argument("--requests", type=int, default=1200, help="requests to each server a round (default 1200)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
     parser.add_argument("--max-tokens", type=int, default=64, help="output tokens a request (default 64)")
     parser.add_argument("--step-ms", type=float, default=10.0, help="the mock engine's step period (default 10 ms)")
-    parser.add_argument("--shape", default=SHAPES[0].key, choices=[s.key for s in SHAPES], help="request shape")
     parser.add_argument("--json", type=Path, help="also write the result here")
     args = parser.parse_args(argv)
     if len(args.servers) < 2 or any(name not in KNOWN for name in args.servers):
