@@ -1,9 +1,10 @@
 """Accuracy on the reality splits, each written before the checks were changed for it: every case
 backfilled into a real Prometheus and diagnosed at minute 57 over 15 minutes. Split 1 is
 tests/scenarios/reality.py (issue 12), split 2 tests/scenarios/reality2.py (issue 20, from
-public incident threads). Only active incidents count (a recovered one is history).
+public incident threads), split 3 tests/scenarios/reality3.py (a full KV pool that queues
+without evicting, and its look-alikes). Only active incidents count (a recovered one is history).
 
-    .venv/bin/python -m bench.diagnosis_reality [--split 1|2]
+    .venv/bin/python -m bench.diagnosis_reality [--split 1|2|3]
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.scenarios import reality, reality2
+from tests.scenarios import reality, reality2, reality3
 from tests.scenarios.reality import diagnosed, names_of, recorded, score
 
-SPLITS = {"1": reality.cases, "2": reality2.cases}
+SPLITS = {"1": reality.cases, "2": reality2.cases, "3": reality3.cases}
 
 
 def incidents(diagnosis) -> list[tuple[str, set[str]]]:

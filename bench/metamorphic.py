@@ -1,11 +1,11 @@
-"""The metamorphic suite in full: every case of the library and both reality splits under every
+"""The metamorphic suite in full: every case of the library and the reality splits under every
 transform (tests/scenarios/transforms.py), backfilled into one real Prometheus; a row per
 transform with how many cases kept their verdict, and each case that did not; and the time to
 verdict on the largest fleets: the in-process diagnosis (fetch, checks, onsets) of each, and the
 whole `kvscope diagnose` command (Python's start-up included, median of 3) on the largest case
 as written and the largest transformed one.
 
-    .venv/bin/python -m bench.metamorphic [--transforms window-1h,step-60s]
+    .venv/bin/python -m bench.metamorphic [--transforms window-1h,step-60s] [--cases kv-full-admission-queue]
 """
 
 from __future__ import annotations
@@ -26,10 +26,14 @@ from tests.scenarios.verdicts import AT_MINUTE, store, verdict
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.metamorphic", description=__doc__.split("\n\n")[0])
     parser.add_argument("--transforms", help="comma-separated transform names (default: all)")
+    parser.add_argument("--cases", help="comma-separated case names (default: every case)")
     args = parser.parse_args(argv)
     wanted = set(args.transforms.split(",")) if args.transforms else None
-    chosen = [v for v in variants() if wanted is None or v[0] in wanted]
-    originals = [f for f, _ in fleets()]
+    cases = set(args.cases.split(",")) if args.cases else None
+    originals = [f for f, _ in fleets() if cases is None or f.name in cases]
+    if not originals:
+        parser.error(f"no case named {args.cases}")
+    chosen = [v for v in variants() if (wanted is None or v[0] in wanted) and (cases is None or v[1].name in cases)]
     kept: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     changed = []
     with store(Path(tempfile.mkdtemp(prefix="kvscope-metamorphic-")), [*originals, *(v for _, _, v in chosen)]) as (

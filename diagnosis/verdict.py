@@ -173,7 +173,15 @@ def conclude(d: Diagnosis, loose: list[str], checked: str, healthy_confidence: f
     past = "; ".join(f"{i.id} on {_where(i)}" for i in recovered)
     if not active:
         d.bottleneck, d.severity, d.confidence, d.affected = HEALTHY, Severity.OK, healthy_confidence, []
-        d.summary = f"healthy: {checked} are within their thresholds"
+        # a step past its line on its own (a full pool nobody waits for) is not an incident; say so,
+        # rather than that everything is within its thresholds
+        alone = [_STEP_WORDS.get(s.name, s.name) for s in d.steps if s.status == "fail"]
+        lines = "its line" if len(alone) == 1 else "their lines"
+        d.summary = (
+            f"healthy: no incident's conditions hold ({' and '.join(alone)} past {lines} alone: see the steps)"
+            if alone
+            else f"healthy: {checked} are within their thresholds"
+        )
         if loose:
             d.summary += (
                 f"; yet {', '.join(loose)} fired and nothing found explains {'it' if len(loose) == 1 else 'them'}"
@@ -302,6 +310,7 @@ def _trigger_rank(change: Change) -> int:
 
 
 STEP_NAMES = ("kv_cache", "queue", "gpu_memory_utilization", "preemption", "kernels")
+_STEP_WORDS = {"kv_cache": "KV cache", "queue": "queue", "preemption": "preemptions"}
 
 
 def _worst(ctx: Context, name: str, entities: str = "engines") -> tuple[float, str] | None:

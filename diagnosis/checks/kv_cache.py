@@ -1,5 +1,6 @@
 """kv_cache_exhaustion: the KV pool is full and the engine preempts (or swaps, on V0), so
-requests recompute their prefill and the queue grows (seed 000: the avalanche)."""
+requests recompute their prefill and the queue grows (seed 000: the avalanche); or it stays full
+and requests queue for blocks without being evicted (V1 admits none until blocks free)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,11 @@ def check(ctx: Context) -> list[Finding]:
         lanes = view if view.get("held_max") else ctx.server_view(view)
         if full and lanes is not None and (value(lanes, "held_max") or 0) >= 1:
             return Hit(view, preempt, {"lanes": lanes})
+        # vLLM V1 preempts only a running request that cannot grow; a waiting one that cannot get
+        # its blocks is not admitted, and nothing behind it is (vllm-project/vllm#31731): a pool
+        # that stays full shows as a queue that pays for it, not as evictions (vllm#23444)
+        if full and _queued_for_it(ctx, view):
+            return Hit(view, preempt, {"queued": True})
         return None
 
     def describe(worst: Hit, hits: list[Hit]) -> Parts:
@@ -69,6 +75,18 @@ def check(ctx: Context) -> list[Finding]:
                 [*ev, evidence(lanes, "held_max", 1)],
                 _remediation(worst.view),
             )
+        if worst.facts.get("queued"):  # admitted as blocks free: requests wait, nothing is evicted
+            view = worst.view
+            queue = [evidence(view, "queue_p99", ctx.limit(t.QUEUE_TIME_P99))] if view.get("queue_p99") else []
+            waiting, queue_p99 = value(view, "waiting_max") or 0, value(view, "queue_p99") or 0
+            return Parts(
+                Severity.WARNING,
+                f"KV cache full on {names(hits)}: usage {value(view, 'kv_usage_max'):.0%}, up to "
+                f"{waiting:.0f} waiting with p99 queue time {queue_p99:.2f} s "
+                f"({rate:.2f} preemptions/s): new requests wait for blocks to free, nothing is evicted.",
+                [*ev, *queue],
+                _remediation(view),
+            )
         peak = value(worst.view, "kv_usage_max")
         if peak is None or peak < full_at:
             usage = (
@@ -95,6 +113,15 @@ def _paid_for(ctx: Context, view: View) -> bool:
         (value(view, "waiting_slope") or 0) > ctx.limit(t.QUEUE_GROWTH)
         or (value(view, "queue_p99") or 0) >= ctx.limit(t.QUEUE_TIME_P99)
         or (value(view, "ttft_p99") or 0) >= ctx.limit(t.TTFT_P99)
+    )
+
+
+def _queued_for_it(ctx: Context, view: View) -> bool:
+    """Requests wait at the full pool and pay for it: a queue, and its time past the line or the
+    queue growing (a few waiting a moment as blocks free is how a full, busy pool works)."""
+    return (value(view, "waiting_max") or 0) >= 1 and (
+        (value(view, "queue_p99") or 0) >= ctx.limit(t.QUEUE_TIME_P99)
+        or (value(view, "waiting_slope") or 0) > ctx.limit(t.QUEUE_GROWTH)
     )
 
 

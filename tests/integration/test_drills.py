@@ -22,6 +22,7 @@ import psutil
 import pytest
 
 from drill.alertmanager import PAGED
+from drill.launcher import free_port
 from drill.scenarios import SCENARIOS
 from tests.waiting import eventually
 
@@ -116,7 +117,7 @@ def test_kv_avalanche_alerts_diagnoses_and_the_tuned_profile_fixes_it(tmp_path):
 
 @pytest.mark.parametrize("scenario", ["prefill-hol", "prefix-miss"])
 def test_scenario_fires_its_alert_is_diagnosed_and_stops_everything(tmp_path, scenario):
-    ports = [_free() for _ in range(3)]  # fixed, so the test can see nothing listens afterwards
+    ports = [free_port() for _ in range(3)]  # fixed, so the test can see nothing listens afterwards
     result, out = drill(tmp_path, scenario, "--ports", ",".join(map(str, ports)))
     run = out["profiles"]["default"]
     assert set(run["alerts_fired"]) & set(out["expected_alerts"]), (run["alerts_fired"], result.stdout[-3000:])
@@ -130,7 +131,7 @@ def test_scenario_fires_its_alert_is_diagnosed_and_stops_everything(tmp_path, sc
 
 
 def test_four_hardware_faults_at_once_are_four_incidents_each_on_its_gpu(tmp_path):
-    ports = [_free() for _ in range(3)]
+    ports = [free_port() for _ in range(3)]
     result, out = drill(tmp_path, HARDWARE, "--ports", ",".join(map(str, ports)))
     run = out["profiles"]["default"]
     assert result.returncode == 0, result.stdout[-3000:]
@@ -153,12 +154,6 @@ def test_four_hardware_faults_at_once_are_four_incidents_each_on_its_gpu(tmp_pat
 def _default_signals() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def _free() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _descendants(pid: int) -> list[int]:
@@ -192,7 +187,7 @@ class Stopped:
 
 
 def _signal_once_up(report: Path, sig: signal.Signals, code: int, word: str) -> Stopped:
-    ports = [_free() for _ in range(3)]
+    ports = [free_port() for _ in range(3)]
     kvscope = Path(sys.executable).parent / "kvscope"
     proc = subprocess.Popen(
         # --rate: no calibration probe, the signal comes as soon as the stack is up
@@ -220,7 +215,12 @@ def _signal_once_up(report: Path, sig: signal.Signals, code: int, word: str) -> 
         seen.append(line)
         if "stack ready" in line:
             break
-    eventually(lambda: all(_listening(p) for p in ports), timeout=60, what="the stack listening")
+    else:  # the drill ended before its stack was up: say how, not "not listening"
+        proc.wait(timeout=60)
+        raise AssertionError(
+            f"{sig.name}: the drill exited {proc.returncode} before its stack was up:\n{''.join(seen)[-3000:]}"
+        )
+    eventually(lambda: all(_listening(p) for p in ports), timeout=60, what=f"the stack listening on {ports}")
     started = _descendants(proc.pid)  # serve and its engine core and worker, export, Prometheus, ...
     proc.send_signal(sig)
     out = proc.communicate(timeout=180)[0]

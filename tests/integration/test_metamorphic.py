@@ -1,4 +1,4 @@
-"""Metamorphic: every case of the library and both reality splits, also in other shapes
+"""Metamorphic: every case of the library and the three reality splits, also in other shapes
 (tests/scenarios/transforms.py: more healthy nodes, the other host label, the instance
 relabelled as the pod, an unrelated healthy model, a 15 s or 60 s scrape step, a 30-minute
 or an hour's window), backfilled into one real Prometheus. The verdict and the active incidents with their

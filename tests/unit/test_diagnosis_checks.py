@@ -14,6 +14,7 @@ from diagnosis.checks import (
     throttling,
     underutilized,
 )
+from diagnosis.findings import Severity
 from diagnosis.measures import Measurements, Value
 from diagnosis.verdict import diagnose
 from kvscope import config, exitcodes
@@ -116,6 +117,29 @@ def test_thin_preemptions_nobody_waits_for_are_how_a_busy_pool_works():
     assert one(kv_cache.check, Context.of(measurements(engine=thin))) is None
     growing = {**thin, "waiting_slope": 0.5}
     assert one(kv_cache.check, Context.of(measurements(engine=growing))) is not None
+
+
+def test_a_full_pool_that_requests_queue_for_is_exhaustion_without_evictions():
+    # vLLM V1 admits a waiting request only when its blocks are free and preempts only running ones
+    # (vllm-project/vllm#31731): the kv-avalanche drill's tuned run, 97 %, 12 waiting, 4 s, 0.02/s
+    queued = {"kv_usage_max": 0.97, "waiting_max": 12, "queue_p99": 4.0, "preemption_rate": 0.02}
+    finding = one(kv_cache.check, Context.of(measurements(engine=queued)))
+    assert finding is not None and finding.severity == Severity.WARNING
+    assert "up to 12 waiting with p99 queue time 4.00 s" in finding.summary and "nothing is evicted" in finding.summary
+    assert {e.measure for e in finding.evidence} >= {"kv_usage_max", "waiting_max", "queue_p99"}
+    assert fires(kv_cache.check, engine={**queued, "queue_p99": 0.8, "waiting_slope": 0.5})  # a growing queue
+    # the same queue under the line is capacity's; a few waiting a moment, or none, is a full busy pool
+    assert not fires(kv_cache.check, engine={**queued, "kv_usage_max": 0.85})
+    assert fires(saturation.check, engine={**queued, "kv_usage_max": 0.85, "waiting_slope": 0.5})
+    assert not fires(kv_cache.check, engine={**queued, "queue_p99": 0.8, "waiting_max": 3})
+    assert not fires(kv_cache.check, engine={**queued, "waiting_max": 0})
+
+
+def test_a_healthy_verdict_says_which_steps_read_past_their_lines():
+    result = diagnose(measurements(engine={"kv_usage_max": 0.97, "waiting_max": 0}, config=0.92), 0, 900, "t")
+    assert result.bottleneck == "healthy" and result.exit_code == exitcodes.OK
+    assert "within their thresholds" not in result.summary and "KV cache" in result.summary
+    assert result.summary.startswith("healthy: no incident's conditions hold")
 
 
 def test_the_triage_fails_step_one_when_preemptions_show_the_pool_ran_out():
