@@ -48,6 +48,7 @@ from serving.prompts import VllmCounter
 from serving.quota import TenantQuotas
 from serving.render_memo import RenderMemo, remember_renders
 from serving.request_tags import RequestTags
+from serving.rpc_dir import private_rpc_dir
 
 log = logging.getLogger("kvscope.serve")
 WATCHDOG_SECONDS = 1.0
@@ -340,7 +341,8 @@ def run(options: ServeOptions) -> int:
     import uvloop
 
     try:
-        return uvloop.run(serve(prepared, options))
+        with private_rpc_dir():
+            return uvloop.run(serve(prepared, options))
     except OSError as exc:
         console.print(f"kvscope serve: cannot listen on {options.host}:{options.port}: {exc.strerror}")
         return exitcodes.USAGE

@@ -8,6 +8,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import psutil
@@ -111,6 +112,9 @@ def test_sigterm_drains_in_flight_requests_then_exits_zero(servers):
         thread = threading.Thread(target=long_request)
         thread.start()
         eventually(running_in_engine, timeout=60, what="the long request running in the engine")
+        # vLLM's IPC sockets in a directory of the server's own (they outlive their processes)
+        sockets = _unix_socket_dirs(server.pid)
+        assert sockets and all(Path(d).name.startswith("kvscope-serve-rpc-") for d in sockets), sockets
         server.signal_server(signal.SIGTERM)  # the server process only, as Kubernetes does
         eventually(
             lambda: httpx.get(server.base_url + "/ready", timeout=5).status_code == 503, timeout=30, what="draining"
@@ -126,6 +130,13 @@ def test_sigterm_drains_in_flight_requests_then_exits_zero(servers):
         assert result["long"].status_code == 200
         assert result["long"].json()["usage"]["completion_tokens"] == LONG_TOKENS
         assert server.proc.wait(60) == 0
+    assert not [d for d in sockets if Path(d).exists()], "the IPC socket directory outlived the server"
+
+
+def _unix_socket_dirs(pid: int) -> set[str]:
+    """The directories of the named Unix sockets the process has bound."""
+    found = psutil.Process(pid).net_connections(kind="unix")
+    return {str(Path(c.laddr).parent) for c in found if c.laddr and not c.laddr.startswith("@")}
 
 
 def test_process_exits_nonzero_when_the_engine_dies(servers):
