@@ -7,10 +7,9 @@ real Prometheus (backfilled), a saved bundle, and live pages (--scrape).
 from __future__ import annotations
 
 import sys
-import tempfile
 import time
-from pathlib import Path
 
+from bench.scratch import scratch_dir
 from diagnosis.measures import MEASURES
 from diagnosis.run import Request, run
 from diagnosis.sources.scrape import compute
@@ -37,7 +36,7 @@ def scraped(scenario, minute: float) -> str:
 
 
 def main() -> int:
-    work = Path(tempfile.mkdtemp(prefix="kvscope-accuracy-"))
+    work = scratch_dir("kvscope-accuracy-")
     library = scenarios()
     start = time.time() - 62 * 60
     sims = [Simulation(s.instances, {"scenario": s.name}, s.kvscope_extras) for s in library]

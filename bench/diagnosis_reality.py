@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
-from pathlib import Path
 
+from bench.scratch import scratch_dir
 from tests.scenarios import reality, reality2, reality3
 from tests.scenarios.reality import diagnosed, names_of, recorded, score
 
@@ -33,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--split", choices=sorted(SPLITS), default="1")
     args = parser.parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="kvscope-reality-"))
+    work = scratch_dir("kvscope-reality-")
     library = SPLITS[args.split]()
     rows, right = [], 0
     with recorded(work, library) as served:

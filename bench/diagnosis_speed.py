@@ -14,12 +14,12 @@ import argparse
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
 from bench.common import percentile
+from bench.scratch import scratch_dir
 from diagnosis.run import Request, run
 from drill import prometheus_server as prometheus
 from drill.launcher import running
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hours", type=float, default=24)
     parser.add_argument("--step", type=float, default=60)
     args = parser.parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="kvscope-bench-diagnose-"))
+    work = scratch_dir("kvscope-bench-diagnose-")
     started = time.time()
     end, samples = history(work, args.hours, args.step)
     built = time.time() - started

@@ -8,10 +8,9 @@ at minute 57 over 15 minutes, and compared case by case (the table in docs/diagn
 from __future__ import annotations
 
 import sys
-import tempfile
 import time
-from pathlib import Path
 
+from bench.scratch import scratch_dir
 from diagnosis.run import Request, run
 from kvscope.promql import Selector
 from tests.scenarios import library, reality
@@ -26,7 +25,7 @@ def _said(diagnosis) -> str:
 
 
 def main() -> int:
-    work = Path(tempfile.mkdtemp(prefix="kvscope-stores-"))
+    work = scratch_dir("kvscope-stores-")
     start = time.time() - 62 * 60
     splits = [
         (

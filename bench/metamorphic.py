@@ -14,11 +14,10 @@ import argparse
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections import defaultdict
-from pathlib import Path
 
+from bench.scratch import scratch_dir
 from tests.scenarios.transforms import Fleet, fleets, variants
 from tests.scenarios.verdicts import AT_MINUTE, store, verdict
 
@@ -36,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [v for v in variants() if (wanted is None or v[0] in wanted) and (cases is None or v[1].name in cases)]
     kept: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     changed = []
-    with store(Path(tempfile.mkdtemp(prefix="kvscope-metamorphic-")), [*originals, *(v for _, _, v in chosen)]) as (
+    with store(scratch_dir("kvscope-metamorphic-"), [*originals, *(v for _, _, v in chosen)]) as (
         url,
         start,
     ):

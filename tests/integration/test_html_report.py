@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,7 +36,6 @@ from tests.waiting import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.no_engine]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-SHOTS = Path(os.environ.get("KVSCOPE_TEST_SHOTS") or tempfile.mkdtemp(prefix="kvscope-html-report-"))
 FLEETS = ("xid-and-avalanche", "mig-healthy")
 WIDE, PHONE = (1280, 800), (390, 844)
 
@@ -119,7 +117,7 @@ class Page:
 
 
 @pytest.fixture(scope="module")
-def pages(tmp_path_factory) -> Iterator[dict[str, tuple[Path, dict[str, Any]]]]:
+def pages(tmp_path_factory, shots) -> Iterator[dict[str, tuple[Path, dict[str, Any]]]]:
     """Each fleet's report as a page (with the plots' history), and its JSON."""
     work = tmp_path_factory.mktemp("html-report")
     chosen = [c for c in cases() if c.name in FLEETS]
@@ -138,8 +136,7 @@ def pages(tmp_path_factory) -> Iterator[dict[str, tuple[Path, dict[str, Any]]]]:
             result = run(request)
             page = work / f"{case.name}.html"
             page.write_text(report.render_html(result, history.fetch(request, result)))
-            SHOTS.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(page, SHOTS / page.name)  # beside the screenshots, to open by hand
+            shutil.copyfile(page, shots / page.name)  # beside the screenshots, to open by hand
             out[case.name] = (page, report.to_dict(result))
     yield out
 
@@ -186,9 +183,11 @@ def browser(tmp_path_factory) -> Iterator[Page]:
 
 
 @pytest.fixture(scope="module")
-def shots() -> Path:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    return SHOTS
+def shots(tmp_path_factory) -> Path:
+    kept = os.environ.get("KVSCOPE_TEST_SHOTS")
+    path = Path(kept) if kept else tmp_path_factory.mktemp("html-report-shots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _box(page: Page, selector: str) -> dict[str, float]:
