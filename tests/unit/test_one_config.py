@@ -122,15 +122,24 @@ def diagnose(bundle: Path, capsys, *extra: str) -> tuple[int, dict]:
 
 def test_the_diagnosis_moves_with_them(generated, capsys, tmp_path):
     config = str(generated["config"])
-    base = {"waiting_max": 150, "running_max": 8, "waiting_slope": 0.5, "ttft_p50": 1.0, "ttft_p99": 4.0}
-    # 0.3 preemptions/s with the pool 85 % full: over the defaults (0.05/s, 90 %), under 0.5/s and over 80 %
-    kv = _bundle(tmp_path / "kv.json", kv_usage_max=0.85, preemption_rate=0.3, queue_p99=0.5, **base)
+    base = {"waiting_max": 150, "running_max": 8, "ttft_p50": 1.0, "ttft_p99": 4.0, "waiting_slope": 0.5}
+    # 0.3 preemptions/s with the pool 85 % full: over the defaults (0.05/s, 90 %), under 0.5/s and over 80 %;
+    # the queue long but not growing, and its time under both lines
+    kv = _bundle(
+        tmp_path / "kv.json", kv_usage_max=0.85, preemption_rate=0.3, queue_p99=0.5, **{**base, "waiting_slope": 0}
+    )
     code, default = diagnose(kv, capsys)
     assert default["bottleneck"] == "kv_cache_exhaustion" and code == exitcodes.CRITICAL
     code, tuned = diagnose(kv, capsys, "--config", config)
     assert tuned["bottleneck"] != "kv_cache_exhaustion"
     step1 = next(s for s in tuned["steps"] if s["name"] == "kv_cache")
     assert step1["status"] == "fail" and "threshold 80%" in step1["detail"]
+    # with the queue growing, the tuned lines read the pool (full at 80 %) as what it waits for: no
+    # evictions past their line, so a warning where the defaults said critical
+    growing = _bundle(tmp_path / "kv-growing.json", kv_usage_max=0.85, preemption_rate=0.3, queue_p99=0.5, **base)
+    code, tuned = diagnose(growing, capsys, "--config", config)
+    assert tuned["bottleneck"] == "kv_cache_exhaustion" and code == exitcodes.WARNING
+    assert "nothing is evicted" in tuned["summary"]
     # a 3 s p99 queue time with a growing backlog: saturation at the default 1 s, not at 5 s
     queued = _bundle(tmp_path / "queue.json", kv_usage_max=0.5, preemption_rate=0.0, queue_p99=3.0, **base)
     assert diagnose(queued, capsys)[1]["bottleneck"] == "capacity_saturation"
