@@ -14,6 +14,7 @@ Classification happens on the route path, after Starlette's own `--root-path` ha
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -53,9 +54,11 @@ class Route:
     shape: Shape | None = None
     why: str = ""
 
-    @property
+    @functools.cached_property
     def pattern(self) -> re.Pattern[str]:
-        return re.compile("^" + re.sub(r"\{[a-z_]+\}", r"[^/]+", self.template) + "$")
+        """The template as a regex: each {name} one path segment, the rest literal."""
+        parts = re.split(r"\{[a-z_]+\}", self.template)
+        return re.compile("^" + "[^/]+".join(re.escape(part) for part in parts) + "$")
 
 
 def _r(methods: str, template: str, access: Access, shape: Shape | None = None, why: str = "") -> Route:
@@ -165,15 +168,34 @@ ROUTES: tuple[Route, ...] = (
 del A, K, OP, D, X
 
 
+# routes by their literal path, and those with a {name} segment, each with its place in ROUTES:
+# a request is classified by a dict lookup and the few templates, not a regex a route
+_LITERAL: dict[str, list[tuple[int, Route]]] = {}
+_TEMPLATED: list[tuple[int, Route]] = []
+for _at, _route in enumerate(ROUTES):
+    if "{" in _route.template:
+        _TEMPLATED.append((_at, _route))
+    else:
+        _LITERAL.setdefault(_route.template, []).append((_at, _route))
+
+
 def classify(method: str, path: str) -> Route | None:
-    """The route a request is for, or None (refused: 404)."""
+    """The route a request is for (the first in ROUTES that takes its method and path), or None
+    (refused: 404)."""
     kind = "WS" if method == "WS" else method.upper()
-    for route in ROUTES:
+    found, place = None, len(ROUTES)
+    for at, route in _LITERAL.get(path, ()):
+        if kind in route.methods:
+            found, place = route, at
+            break
+    for at, route in _TEMPLATED:
+        if at > place:
+            break
         if kind in route.methods and route.pattern.match(path):
             return route
-    return None
+    return found
 
 
 def known_path(path: str) -> bool:
     """Whether some method of this path is classified (for a 405 instead of a 404)."""
-    return any(route.pattern.match(path) for route in ROUTES)
+    return path in _LITERAL or any(route.pattern.match(path) for _, route in _TEMPLATED)

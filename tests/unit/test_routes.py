@@ -113,3 +113,21 @@ def test_unknown_routes_and_methods_are_not_classified():
     assert routes.classify("POST", "/v1/responses/a/b/cancel") is None
     assert routes.classify("GET", "/v1/does-not-exist") is None
     assert not routes.known_path("/v1/does-not-exist")
+    # a template's literal parts are literal: the dot of /openapi.json matches a dot only
+    assert routes.classify("GET", "/openapiXjson") is None and not routes.known_path("/openapiXjson")
+
+
+def _first_by_regex(method: str, path: str) -> routes.Route | None:
+    """What classify answers, the slow way: the first route in ROUTES whose methods and pattern take it."""
+    kind = "WS" if method == "WS" else method.upper()
+    return next((r for r in routes.ROUTES if kind in r.methods and r.pattern.match(path)), None)
+
+
+def test_the_lookup_answers_what_a_scan_of_every_route_in_order_does():
+    methods = sorted({m for r in routes.ROUTES for m in r.methods} | {"PUT", "DELETE", "post"})
+    paths = {r.template for r in routes.ROUTES} | {r.template.replace("{response_id}", "resp_1") for r in routes.ROUTES}
+    paths |= {p + "/" for p in paths} | {"/", "", "/v1", "/v1/responses/a/b/cancel", "/metrics/x"}
+    for method in methods:
+        for path in paths:
+            assert routes.classify(method, path) == _first_by_regex(method, path), (method, path)
+            assert routes.known_path(path) == any(r.pattern.match(path) for r in routes.ROUTES), path
