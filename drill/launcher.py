@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from serving import rpc_dir
 from serving.hardware import detect
 
 # Servers listen below the kernel's ephemeral range: a port the kernel hands out for bind(0) or
@@ -89,6 +91,7 @@ class ServerProcess:
     proc: subprocess.Popen[bytes]
     base_url: str
     log_path: Path
+    scratch: Path | None = None  # a folder made for it (vLLM's IPC sockets), removed when it stops
 
     @property
     def pid(self) -> int:
@@ -166,6 +169,8 @@ class ServerProcess:
         _signal_group(self.proc.pid, signal.SIGKILL)  # stragglers (engine core, workers)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(5)
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
         return self.proc.returncode
 
 
@@ -180,8 +185,10 @@ def start_process(
     base_url: str,
     log_path: Path,
     env: Mapping[str, str] | None = None,
+    scratch: Path | None = None,
 ) -> ServerProcess:
-    """Start `argv` in a new process group, on a leash to this process, with output to `log_path`."""
+    """Start `argv` in a new process group, on a leash to this process, with output to `log_path`
+    (`scratch`: a folder made for it, removed when it is stopped)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     leashed = [sys.executable, "-m", "drill.leash", str(os.getpid()), "--", *argv]
     with log_path.open("wb") as log:
@@ -197,7 +204,7 @@ def start_process(
             # /ready took 3.7 s during a 4 s generation; 0.04 s in the caller's session).
             process_group=0,
         )
-    return ServerProcess(name, proc, base_url, log_path)
+    return ServerProcess(name, proc, base_url, log_path, scratch)
 
 
 @contextlib.contextmanager
@@ -239,7 +246,9 @@ def vllm_openai_server(
         *platform_engine_args(),
         *extra_args,
     ]
-    return start_process("vLLM", argv, f"http://{host}:{port}", log_path)
+    # its IPC sockets in a folder of its own, removed when it stops (vLLM leaves them behind)
+    rpc = Path(tempfile.mkdtemp(prefix="kvscope-vllm-rpc-"))
+    return start_process("vLLM", argv, f"http://{host}:{port}", log_path, {rpc_dir.VARIABLE: str(rpc)}, rpc)
 
 
 def kvscope_exporter(

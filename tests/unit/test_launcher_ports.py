@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from drill.launcher import ServerFailedError, free_port, running, start_process
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -64,3 +65,21 @@ def test_a_neighbours_answer_on_the_port_is_an_error_not_readiness(tmp_path):
         with pytest.raises(ServerFailedError, match=taken), running(server, ready_path="/", timeout=60):
             pass
     assert server.proc.poll() is not None  # stopped all the same
+
+
+def test_a_folder_made_for_a_server_goes_with_it_and_it_sees_its_env(tmp_path):
+    scratch = tmp_path / "rpc"
+    scratch.mkdir()
+    said = tmp_path / "said"
+    code = (
+        f"import os, pathlib, signal; pathlib.Path({str(said)!r}).write_text(os.environ['KVSCOPE_T']); signal.pause()"
+    )
+    server = start_process(
+        "env", [sys.executable, "-c", code], "http://127.0.0.1:1", tmp_path / "e.log", {"KVSCOPE_T": "x"}, scratch
+    )
+    try:
+        eventually(said.exists, timeout=60, what="the server started")
+        assert said.read_text() == "x" and scratch.is_dir()
+    finally:
+        server.stop()
+    assert not scratch.exists()
