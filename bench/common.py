@@ -6,7 +6,6 @@ import contextlib
 import json
 import random
 import statistics
-import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -67,12 +66,12 @@ def vllm_bench(base_url: str, args: Sequence[str]) -> dict[str, Any]:
     return main(parsed)
 
 
-def dataset(mix: Mix, count: int, seed: int) -> Path:
-    """A JSONL file of `count` fresh prompts of the seeds' mix (drill/traffic.py's, the one
-    definition), for `vllm bench serve` (no prefix-cache reuse across runs)."""
+def dataset(mix: Mix, count: int, seed: int, folder: Path) -> Path:
+    """A JSONL file in `folder` of `count` fresh prompts of the seeds' mix (drill/traffic.py's, the
+    one definition), for `vllm bench serve` (no prefix-cache reuse across runs)."""
     rng = random.Random(seed)
     sizes = rng.choices((mix.short_tokens, mix.medium_tokens, mix.long_tokens), mix.shares, k=count)
-    path = Path(tempfile.mkdtemp(prefix="kvscope-mix-")) / "mix.jsonl"
+    path = folder / f"mix-{seed}.jsonl"
     with path.open("w") as f:
         for tokens in sizes:
             prompt = synthetic_text(rng, int(tokens * WORDS_PER_TOKEN))

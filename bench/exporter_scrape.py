@@ -29,7 +29,6 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from collections.abc import Callable
@@ -39,6 +38,7 @@ import httpx
 import psutil
 
 from bench.common import percentile
+from bench.scratch import in_log_dir
 from drill.launcher import free_port, kvscope_exporter, running
 from kvscope import catalog
 from tests.fakes.pages import PageServer
@@ -206,14 +206,8 @@ def parse_costs(page: str) -> dict[str, dict[str, float]]:
     return costs
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--gpus", type=int, default=8)
-    parser.add_argument("--engines", type=int, default=8)
-    parser.add_argument("--scrapes", type=int, default=300)
-    parser.add_argument("--idle", type=float, default=30.0, help="seconds of background collection measured")
-    args = parser.parse_args(argv)
-    workdir = Path(tempfile.mkdtemp(prefix="kvscope-bench-export-"))
+def run(args: argparse.Namespace, workdir: Path) -> int:
+    """One run, its servers' logs in `workdir`; 0 when it went well."""
     page = vllm_page(args.engines, workdir)
     target = PageServer(page)
     results: dict[str, dict[str, float]] = {}
@@ -263,6 +257,16 @@ def main(argv: list[str] | None = None) -> int:
     four, forty = parsing["4,000 counters without _total"], parsing["40,000 counters without _total"]
     print(f"\nten times the page: {ten['ms'] / one['ms']:.1f}x (vLLM), {forty['ms'] / four['ms']:.1f}x (counters)")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--engines", type=int, default=8)
+    parser.add_argument("--scrapes", type=int, default=300)
+    parser.add_argument("--idle", type=float, default=30.0, help="seconds of background collection measured")
+    args = parser.parse_args(argv)
+    return in_log_dir("kvscope-bench-export-", lambda workdir: run(args, workdir))
 
 
 if __name__ == "__main__":

@@ -24,13 +24,13 @@ import pstats
 import re
 import signal
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.frontend_ceiling import KNOWN, SHAPES, _prompts, ceiling, otlp_sink, paired_servers, start
+from bench.scratch import in_log_dir
 
 WARM_REQUESTS = 64
 SIGNAL_WAIT_S = 60.0  # for the server to start or finish counting (a slow machine, a busy core)
@@ -138,6 +138,20 @@ def table(counted: list[Counted], rows: list[dict[str, Any]], max_tokens: int, s
     return "\n".join(lines)
 
 
+def run(args: argparse.Namespace, workdir: Path) -> int:
+    """One run, its servers' logs in `workdir`; 0 when it went well."""
+    counted = [count(which, args, workdir) for which in args.servers]
+    rows = compare(counted, args.top)
+    stream = next(s for s in SHAPES if s.key == args.shape).stream
+    if args.json:
+        summary = {
+            c.which: {"requests": c.requests, "failed": c.failed, "steps": c.steps, "calls": c.total} for c in counted
+        }
+        args.json.write_text(json.dumps({"servers": summary, "functions": rows, "settings": vars(args)}, default=str))
+    print(table(counted, rows, args.max_tokens, stream))
+    return 1 if any(c.failed for c in counted) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     paired_servers(parser, "to count")
@@ -154,17 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--servers: two or more, the first the reference")
     if args.requests < 1 or args.concurrency < 1 or args.max_tokens < 1:
         parser.error("--requests, --concurrency and --max-tokens must be at least 1")
-    workdir = Path(tempfile.mkdtemp(prefix="kvscope-calls-"))
-    counted = [count(which, args, workdir) for which in args.servers]
-    rows = compare(counted, args.top)
-    stream = next(s for s in SHAPES if s.key == args.shape).stream
-    if args.json:
-        summary = {
-            c.which: {"requests": c.requests, "failed": c.failed, "steps": c.steps, "calls": c.total} for c in counted
-        }
-        args.json.write_text(json.dumps({"servers": summary, "functions": rows, "settings": vars(args)}, default=str))
-    print(table(counted, rows, args.max_tokens, stream))
-    return 1 if any(c.failed for c in counted) else 0
+    return in_log_dir("kvscope-calls-", lambda workdir: run(args, workdir))
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import comma_list, percentile
+from bench.scratch import in_log_dir
 from bench.serve_overhead import cpu_seconds
 from drill.launcher import ServerProcess, free_port, platform_engine_args, start_process
 from serving.demo_model import SERVED_NAME, ensure_demo_model
@@ -589,6 +590,39 @@ def paired_servers(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--shape", default=SHAPES[0].key, choices=[s.key for s in SHAPES], help="request shape")
 
 
+def run(args: argparse.Namespace, workdir: Path, server_cpus: list[int] | None, client_cpus: list[int] | None) -> int:
+    """The servers booted together in `workdir` (their logs), measured, the table printed; 0 when no
+    request failed."""
+    with contextlib.ExitStack() as stack:
+        otlp = stack.enter_context(otlp_sink())
+        cpus = ",".join(map(str, server_cpus)) if server_cpus else None
+        servers = {  # boot together
+            which: start(which, workdir, args.chunk, otlp, cpus, step_ms=args.step_ms) for which in args.servers
+        }
+        for proc in servers.values():
+            stack.callback(proc.stop)
+        for which, proc in servers.items():
+            proc.wait_ready("/health" if which in ("bare", "passthrough") else "/ready", 300)
+        if client_cpus:
+            os.sched_setaffinity(0, client_cpus)  # after the servers began: they keep their own CPU
+        result = measure(servers, args)
+    result["settings"] = {k: v for k, v in vars(args).items() if k != "json"}
+    text = json.dumps(result, indent=2, default=str)
+    print(text)
+    if args.json:
+        args.json.write_text(text)
+    print()
+    print(table(result, args.rounds, args.at, args.rate))
+    for shape in SHAPES:
+        if shape.name in result:
+            held = "; ".join(
+                f"{w} {', '.join(f'{m:.0f}' for m in v)}" for w, v in result[shape.name]["rss_mib"].items()
+            )
+            print(f"resident memory after each round, {shape.name} (MiB): {held}")
+    failed = sum(v.get("failed", 0) for k, v in result.items() if k in {s.name for s in SHAPES})
+    return 0 if failed == 0 else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
@@ -664,35 +698,7 @@ def main(argv: list[str] | None = None) -> int:
     server_cpus, client_cpus = split_cpus(sorted(os.sched_getaffinity(0))) if args.pin else (None, None)
     if args.pin and not client_cpus:
         parser.error("--pin needs two CPUs or more")
-    workdir = Path(tempfile.mkdtemp(prefix="kvscope-ceiling-"))
-    with contextlib.ExitStack() as stack:
-        otlp = stack.enter_context(otlp_sink())
-        cpus = ",".join(map(str, server_cpus)) if server_cpus else None
-        servers = {  # boot together
-            which: start(which, workdir, args.chunk, otlp, cpus, step_ms=args.step_ms) for which in args.servers
-        }
-        for proc in servers.values():
-            stack.callback(proc.stop)
-        for which, proc in servers.items():
-            proc.wait_ready("/health" if which in ("bare", "passthrough") else "/ready", 300)
-        if client_cpus:
-            os.sched_setaffinity(0, client_cpus)  # after the servers began: they keep their own CPU
-        result = measure(servers, args)
-    result["settings"] = {k: v for k, v in vars(args).items() if k != "json"}
-    text = json.dumps(result, indent=2, default=str)
-    print(text)
-    if args.json:
-        args.json.write_text(text)
-    print()
-    print(table(result, args.rounds, args.at, args.rate))
-    for shape in SHAPES:
-        if shape.name in result:
-            held = "; ".join(
-                f"{w} {', '.join(f'{m:.0f}' for m in v)}" for w, v in result[shape.name]["rss_mib"].items()
-            )
-            print(f"resident memory after each round, {shape.name} (MiB): {held}")
-    failed = sum(v.get("failed", 0) for k, v in result.items() if k in {s.name for s in SHAPES})
-    return 0 if failed == 0 else 1
+    return in_log_dir("kvscope-ceiling-", lambda workdir: run(args, workdir, server_cpus, client_cpus))
 
 
 if __name__ == "__main__":

@@ -25,11 +25,11 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from bench.frontend_ceiling import KNOWN, SHAPES, _open, _prompts, otlp_sink, paired_servers, split_cpus, start
+from bench.scratch import in_log_dir
 from bench.serve_overhead import cpu_seconds
 from drill.launcher import ServerProcess
 
@@ -99,26 +99,11 @@ def table(summary: dict[str, Any], rounds: int) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    paired_servers(parser, "at once, one of them twice to see the floor")
-    parser.add_argument("--rate", type=float, default=20.0, help="requests a second to each server (default 20)")
-    parser.add_argument("--requests", type=int, default=1200, help="requests to each server a round (default 1200)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
-    parser.add_argument("--max-tokens", type=int, default=64, help="output tokens a request (default 64)")
-    parser.add_argument("--step-ms", type=float, default=10.0, help="the mock engine's step period (default 10 ms)")
-    parser.add_argument("--json", type=Path, help="also write the result here")
-    args = parser.parse_args(argv)
-    if len(args.servers) < 2 or any(name not in KNOWN for name in args.servers):
-        parser.error(f"--servers: two or more of {', '.join(KNOWN)}")
-    if args.rate <= 0 or min(args.requests, args.rounds, args.max_tokens) < 1 or args.step_ms <= 0:
-        parser.error("--rate, --requests, --rounds, --max-tokens and --step-ms must be positive")
-    server_cpus, client_cpus = split_cpus(sorted(os.sched_getaffinity(0)))
-    if not client_cpus:
-        parser.error("this benchmark needs two CPUs or more (the servers on one, the client on the rest)")
+def run(args: argparse.Namespace, workdir: Path, server_cpus: list[int], client_cpus: list[int]) -> int:
+    """The servers side by side on `server_cpus`, their logs in `workdir`, the client on `client_cpus`;
+    0 when no request failed."""
     shape = next(s for s in SHAPES if s.key == args.shape)
     names = [f"{name}#{i}" if args.servers.count(name) > 1 else name for i, name in enumerate(args.servers)]
-    workdir = Path(tempfile.mkdtemp(prefix="kvscope-together-"))
     with contextlib.ExitStack() as stack:
         otlp = stack.enter_context(otlp_sink())
         cpus = ",".join(map(str, server_cpus))
@@ -144,6 +129,26 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(table(summary, args.rounds))
     return 0 if all(row["failed"] == 0 for row in summary.values()) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    paired_servers(parser, "at once, one of them twice to see the floor")
+    parser.add_argument("--rate", type=float, default=20.0, help="requests a second to each server (default 20)")
+    parser.add_argument("--requests", type=int, default=1200, help="requests to each server a round (default 1200)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
+    parser.add_argument("--max-tokens", type=int, default=64, help="output tokens a request (default 64)")
+    parser.add_argument("--step-ms", type=float, default=10.0, help="the mock engine's step period (default 10 ms)")
+    parser.add_argument("--json", type=Path, help="also write the result here")
+    args = parser.parse_args(argv)
+    if len(args.servers) < 2 or any(name not in KNOWN for name in args.servers):
+        parser.error(f"--servers: two or more of {', '.join(KNOWN)}")
+    if args.rate <= 0 or min(args.requests, args.rounds, args.max_tokens) < 1 or args.step_ms <= 0:
+        parser.error("--rate, --requests, --rounds, --max-tokens and --step-ms must be positive")
+    server_cpus, client_cpus = split_cpus(sorted(os.sched_getaffinity(0)))
+    if not client_cpus:
+        parser.error("this benchmark needs two CPUs or more (the servers on one, the client on the rest)")
+    return in_log_dir("kvscope-together-", lambda workdir: run(args, workdir, server_cpus, client_cpus))
 
 
 if __name__ == "__main__":

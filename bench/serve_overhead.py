@@ -22,11 +22,11 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from bench.common import server, vllm_bench
+from bench.scratch import in_log_dir
 
 LIGHT = [
     "--dataset-name",
@@ -99,11 +99,8 @@ def paired(rounds: list[tuple[dict[str, Any], dict[str, Any]]], key: str, ratio:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=6, help="interleaved pairs (default 6)")
-    args = parser.parse_args(argv)
-    workdir = Path(tempfile.mkdtemp(prefix="kvscope-bench-"))
+def run(args: argparse.Namespace, workdir: Path) -> int:
+    """One run, its servers' logs in `workdir`; 0 when it went well."""
     rounds: list[tuple[dict[str, Any], dict[str, Any]]] = []
     with contextlib.ExitStack() as stack:
         plain = stack.enter_context(server("vllm", workdir))
@@ -141,6 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     failed = sum(v["failed"] + k["failed"] for v, k in rounds)
     return 0 if failed == 0 else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=6, help="interleaved pairs (default 6)")
+    args = parser.parse_args(argv)
+    return in_log_dir("kvscope-bench-", lambda workdir: run(args, workdir))
 
 
 if __name__ == "__main__":

@@ -12,12 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 import httpx
 
 from bench.common import Mix, by_prompt_length, dataset, percentile, server, vllm_bench
+from bench.scratch import in_log_dir
 from kvscope import catalog, promtext
 
 SHORT, MEDIUM = 512, 4096  # prompt-length class bounds (tokens)
@@ -68,16 +68,12 @@ def measure(profile: str, dataset: Path, rate: float, requests: int, workdir: Pa
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rate", type=float, default=20.0)
-    parser.add_argument("--requests", type=int, default=600)
-    args = parser.parse_args(argv)
-    workdir = Path(tempfile.mkdtemp(prefix="kvscope-bench-"))
+def run(args: argparse.Namespace, workdir: Path) -> int:
+    """One run, its servers' logs in `workdir`; 0 when it went well."""
     mix = Mix()
     runs = {}
     for profile, seed in (("default", 101), ("tuned", 202)):
-        runs[profile] = measure(profile, dataset(mix, args.requests, seed), args.rate, args.requests, workdir)
+        runs[profile] = measure(profile, dataset(mix, args.requests, seed, workdir), args.rate, args.requests, workdir)
     print(json.dumps(runs, indent=2))
     d, t = runs["default"], runs["tuned"]
     print()
@@ -101,6 +97,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"| preemptions | {d['preemptions']:.0f} | {t['preemptions']:.0f} | |")
     return 0 if d["failed"] == t["failed"] == 0 else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rate", type=float, default=20.0)
+    parser.add_argument("--requests", type=int, default=600)
+    args = parser.parse_args(argv)
+    return in_log_dir("kvscope-bench-", lambda workdir: run(args, workdir))
 
 
 if __name__ == "__main__":

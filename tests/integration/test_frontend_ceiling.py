@@ -4,6 +4,7 @@ request, and the table and JSON say so (a benchmark: no figure is asserted)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,15 +16,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def bench(module: str, out: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict]:
-    """Run `python -m bench.<module> ARGS --json OUT` from the repository; its output and JSON."""
+    """Run `python -m bench.<module> ARGS --json OUT` from the repository, its temporary directory
+    a new one beside OUT; its output and JSON. A run that went well leaves nothing there (its
+    servers' logs are kept only when it fails)."""
+    scratch = out.parent / f"{module}-tmp"
+    scratch.mkdir()
     done = subprocess.run(
         [sys.executable, "-m", f"bench.{module}", *args, "--json", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=900,
+        env={**os.environ, "TMPDIR": str(scratch)},
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert sorted(p.name for p in scratch.iterdir()) == []
+    assert "logs are kept" not in done.stderr
     return done, json.loads(out.read_text())
 
 
