@@ -117,7 +117,10 @@ GUIDE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("Fix cooling; move load off the GPU meanwhile.",),
     ),
     "GPUPCIeLinkDegraded": (
-        ("lspci -vv -s <bus id> | grep -E 'LnkCap|LnkSta'",),
+        (
+            "lspci -vv -s <bus id> | grep -E 'LnkCap|LnkSta' while the GPU works (an idle GPU shows a lower "
+            "speed, '(downgraded)', on purpose: it saves power and trains back up under load)",
+        ),
         ("Reseat or replace the card or riser; check BIOS PCIe settings.",),
     ),
     "GPUPCIeSaturated": (

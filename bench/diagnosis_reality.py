@@ -2,9 +2,11 @@
 backfilled into a real Prometheus and diagnosed at minute 57 over 15 minutes. Split 1 is
 tests/scenarios/reality.py (issue 12), split 2 tests/scenarios/reality2.py (issue 20, from
 public incident threads), split 3 tests/scenarios/reality3.py (a full KV pool that queues
-without evicting, and its look-alikes). Only active incidents count (a recovered one is history).
+without evicting, and its look-alikes), split 4 tests/scenarios/reality4.py (a PCIe link below its
+best: an idle GPU's power saving, or a busy GPU's fault). Only active incidents count (a recovered
+one is history).
 
-    .venv/bin/python -m bench.diagnosis_reality [--split 1|2|3]
+    .venv/bin/python -m bench.diagnosis_reality [--split 1|2|3|4]
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ import argparse
 import sys
 
 from bench.scratch import scratch_dir
-from tests.scenarios import reality, reality2, reality3
+from tests.scenarios import reality, reality2, reality3, reality4
 from tests.scenarios.reality import diagnosed, names_of, recorded, score
 
-SPLITS = {"1": reality.cases, "2": reality2.cases, "3": reality3.cases}
+SPLITS = {"1": reality.cases, "2": reality2.cases, "3": reality3.cases, "4": reality4.cases}
 
 
 def incidents(diagnosis) -> list[tuple[str, set[str]]]:

@@ -413,11 +413,13 @@ MEASURES: tuple[Measure, ...] = (
     # PCIe
     _m("pcie_tx_avg", G, Kind.GAUGE_AVG, c.DCGM_PCIE_TX_BYTES, help="mean PCIe TX (B/s)"),
     _m("pcie_rx_avg", G, Kind.GAUGE_AVG, c.DCGM_PCIE_RX_BYTES, help="mean PCIe RX (B/s)"),
-    _m("pcie_gen", G, Kind.GAUGE_MIN, c.DCGM_PCIE_LINK_GEN, help="lowest PCIe generation"),
-    _m("pcie_width", G, Kind.GAUGE_MIN, c.DCGM_PCIE_LINK_WIDTH, help="lowest PCIe width"),
+    # the best the link trained to: an idle GPU lowers its link to save power and raises it for
+    # work, so the lowest reading is an idle moment's, not the link's (tests/scenarios/reality4.py)
+    _m("pcie_gen", G, Kind.GAUGE_MAX, c.DCGM_PCIE_LINK_GEN, help="highest PCIe generation"),
+    _m("pcie_width", G, Kind.GAUGE_MAX, c.DCGM_PCIE_LINK_WIDTH, help="highest PCIe width"),
     _m("pcie_max_gen", G, Kind.GAUGE_LAST, c.DCGM_PCIE_MAX_LINK_GEN, help="maximum PCIe generation"),
     _m("pcie_max_width", G, Kind.GAUGE_LAST, c.DCGM_PCIE_MAX_LINK_WIDTH, help="maximum PCIe width"),
-    _m("pcie_capacity", G, Kind.GAUGE_LAST, c.GPU_PCIE_LINK_CAPACITY, help="PCIe capacity (B/s)"),
+    _m("pcie_capacity", G, Kind.GAUGE_MAX, c.GPU_PCIE_LINK_CAPACITY, help="PCIe capacity at its best (B/s)"),
     _m("pcie_replay_rate", G, Kind.RATE, c.DCGM_PCIE_REPLAY, help="PCIe replays per second"),
     _m("dram_active_avg", G, Kind.GAUGE_AVG, c.DCGM_DRAM_ACTIVE, help="mean HBM activity (0..1)"),
 )

@@ -290,6 +290,8 @@ class EmulatedSource:
         if f := faults.get((i, "pcie_degraded")):
             gen, width = f.generation, f.width
             state.replays += 40.0 * dt
+        if busy <= 0.05:  # idle: the link drops to Gen1 to save power, as NVIDIA's GPUs do (nvidia-smi)
+            gen = 1
         capacity = pcie_capacity(gen, width) or 0.0
         prompt_tps = engine.prompt_tps if engine else 0.0
         gen_tps = engine.generation_tps if engine else 0.0

@@ -28,6 +28,7 @@ from vllm.v1.metrics.buckets import (
 )
 
 from kvscope import catalog as c
+from kvscope.gpu_models import pcie_capacity
 
 PROMPT_BUCKETS = tuple(float(b) for b in histogram_buckets("request_tokens", max_model_len=32768))
 MODEL = "llama-3.1-70b"
@@ -85,6 +86,9 @@ class State:
     kv_transfers: float = 0.0  # NIXL KV transfers per second (0: no KV connector)
     kv_transfer_failures: float = 0.0  # of which failed, per second
     kv_transfer_time: tuple[float, float] = (0.02, 0.08)  # NIXL transfer time (median, p99)
+    # the PCIe link as NVML reads it: None writes no link series (dcgm-exporter's default counters)
+    pcie_link: tuple[int, int] | None = None  # current (generation, width): lower while idle
+    pcie_capable: tuple[int, int] = (5, 16)  # the link's maximum (generation, width)
 
 
 Behaviour = Callable[[float], State]  # minutes since the start -> state
@@ -451,6 +455,15 @@ class Simulation:
                 (c.DCGM_FB_USED, s.fb_used),
                 (c.DCGM_FB_FREE, max(free, 0.0)),
                 (c.DCGM_FB_RESERVED, FB_RESERVED_MIB),
+            ]
+        if s.pcie_link is not None:
+            device += [
+                (c.DCGM_PCIE_LINK_GEN, float(s.pcie_link[0])),
+                (c.DCGM_PCIE_LINK_WIDTH, float(s.pcie_link[1])),
+                (c.DCGM_PCIE_MAX_LINK_GEN, float(s.pcie_capable[0])),
+                (c.DCGM_PCIE_MAX_LINK_WIDTH, float(s.pcie_capable[1])),
+                # kvscope export's reading of what the link carries as it is trained now
+                (c.GPU_PCIE_LINK_CAPACITY, pcie_capacity(*s.pcie_link) or 0.0),
             ]
         for signal, value in device:
             yield "gauge", signal.name, labels, value

@@ -11,7 +11,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
-from tests.scenarios import library, reality, reality2, reality3
+from tests.scenarios import library, reality, reality2, reality3, reality4
 from tests.scenarios.fleet import Instance, State
 
 
@@ -74,7 +74,7 @@ TRANSFORMS: dict[str, Callable[[Fleet], Fleet | None]] = {
 def fleets() -> list[tuple[Fleet, set[str]]]:
     """Every case of the library and the reality splits, with the names the original names."""
     out = [(Fleet(s.name, s.instances, s.kvscope_extras), {i.name for i in s.instances}) for s in library.scenarios()]
-    for case in (*reality.cases(), *reality2.cases(), *reality3.cases()):
+    for case in (*reality.cases(), *reality2.cases(), *reality3.cases(), *reality4.cases()):
         out.append((Fleet(case.name, case.instances), {i.name for i in case.instances}))
     return out
 

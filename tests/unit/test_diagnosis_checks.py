@@ -261,6 +261,24 @@ def test_pcie_saturation_uses_what_the_link_achieves_and_degradation_the_max():
     assert fires(pcie.check, gpu={"pcie_gen": 3, "pcie_max_gen": 5, "pcie_width": 16, "pcie_max_width": 16})
 
 
+def test_an_idle_gpus_lowered_link_is_power_saving_a_busy_ones_is_a_fault():
+    """A GPU lowers its link's generation and width when idle and trains it back up for work:
+    the best the link reached while the GPU worked is what is judged (tests/scenarios/reality4.py)."""
+    link = {"pcie_max_gen": 5, "pcie_max_width": 16, "pcie_rx_avg": 3e6, "pcie_tx_avg": 1e6}
+    idle = {**link, "pcie_gen": 1, "pcie_width": 16, "gpu_util_avg": 0}
+    assert not fires(pcie.check, gpu=idle)
+    assert not fires(pcie.check, gpu={**idle, "pcie_width": 8, "gpu_util_avg": 12})  # below the floor: idle
+    assert not fires(pcie.check, gpu={**idle, "gpu_util_avg": None})  # its use unknown: nothing claimed
+    assert fires(pcie.check, gpu={**idle, "gpu_util_avg": 40})  # worked, and never above Gen1
+    busy_x8 = {**link, "pcie_gen": 5, "pcie_width": 8, "gpu_util_avg": 78}
+    found = one(pcie.check, Context.of(measurements(gpu=busy_x8)))
+    assert found is not None and found.severity is Severity.WARNING
+    assert "at best Gen5 x8 while 78 % busy (capable of Gen5 x16)" in found.summary
+    assert {e.query.split(":")[-1] for e in found.evidence} >= {"pcie_width", "pcie_max_width", "gpu_util_avg"}
+    # a MIG instance or a profiling-only node: the graphics engine's activity says it worked
+    assert fires(pcie.check, gpu={**busy_x8, "gpu_util_avg": None, "gr_active_avg": 0.7})
+
+
 def test_decode_bound_when_itl_is_high_and_nothing_else_explains_it():
     assert fires(decode.check, engine={"itl_p99": 0.3})
     assert not fires(decode.check, engine={"itl_p99": 0.3, "queue_p99": 2.0})

@@ -122,8 +122,23 @@ def test_power_cap_holds_power_at_the_limit_and_says_why(node):
     assert one(samples, catalog.GPU_CLOCK_EVENT_ACTIVE, gpu="0", reason="sw_power_cap") == 1
 
 
+def test_an_idle_gpus_link_drops_to_gen1_and_trains_up_for_work(node):
+    """NVIDIA's GPUs lower the link's generation while idle (nvidia-smi: it 'may be reduced when
+    the GPU is not in use'): an idle emulated GPU reads Gen1 at full width, a busy one its best."""
+    source, engine, *_ = node
+    samples = read(source)
+    assert one(samples, catalog.DCGM_PCIE_LINK_GEN, gpu="0") == 1
+    assert one(samples, catalog.DCGM_PCIE_LINK_WIDTH, gpu="0") == one(
+        samples, catalog.DCGM_PCIE_MAX_LINK_WIDTH, gpu="0"
+    )
+    engine.running = 8
+    samples = read(source)
+    assert one(samples, catalog.DCGM_PCIE_LINK_GEN, gpu="0") == one(samples, catalog.DCGM_PCIE_MAX_LINK_GEN, gpu="0")
+
+
 def test_degraded_link_drops_generation_and_width_and_replays_grow(node):
-    source, _, clock, _ = node
+    source, engine, clock, _ = node
+    engine.running = 8  # at work: an idle GPU's link is at Gen1 whatever its fault
     source.inject(Fault(gpu=1, fault="pcie_degraded", generation=3, width=8))
     read(source)
     clock[0] = 10.0
