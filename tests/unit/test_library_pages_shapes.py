@@ -1,8 +1,11 @@
 """Every library scenario as live pages (two scrapes a minute apart at minute 57) reads the same in
 dcgm-exporter 4.8's names as in 4.9's and 4.10's (renamed, in base units): verdict, incidents and
-evidence values (issue 21)."""
+evidence values (issue 21). The fourth reality split's PCIe links too: its busy-or-idle judgement
+reads the utilisation, which 4.9 renamed and rescaled to a ratio."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 
@@ -13,9 +16,13 @@ from kvscope import promtext
 from tests.fakes.dcgm_shapes import reshape
 from tests.scenarios.fleet import Simulation, page
 from tests.scenarios.library import DIAGNOSE_AT, scenarios
+from tests.scenarios.reality4 import cases as pcie_cases
 from tests.unit.test_real_pages_diagnosis import _what_it_said
 
-SCENARIOS = scenarios()
+SCENARIOS = [
+    *scenarios(),
+    *(SimpleNamespace(name=c.name, instances=c.instances, kvscope_extras=False) for c in pcie_cases()),
+]
 
 
 def _pages(scenario) -> list[list[promtext.Sample]]:
