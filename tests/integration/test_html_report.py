@@ -157,7 +157,10 @@ def browser(tmp_path_factory) -> Iterator[Page]:
     ]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         argv.insert(1, "--no-sandbox")  # Chromium's sandbox refuses to run as root (containers)
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # Chromium keeps its singleton socket in a folder of the temporary directory and leaves it when
+    # stopped: in pytest's folder, not /tmp
+    own_tmp = {**os.environ, "TMPDIR": str(tmp_path_factory.mktemp("chromium-tmp"))}
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=own_tmp)
     try:
         port_file = profile / "DevToolsActivePort"
         lines = eventually(lambda: port_file.read_text().split(), timeout=60, what="Chromium to open its DevTools port")
