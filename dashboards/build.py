@@ -430,6 +430,9 @@ def gpu_fleet(sc: Scope) -> Board:
                 (sc.g(c.DCGM_PCIE_LINK_WIDTH), "width " + HOST + " GPU {{gpu}}"),
                 (sc.g(c.DCGM_PCIE_MAX_LINK_WIDTH), "max width " + HOST + " GPU {{gpu}}"),
             ],
+            description="An idle GPU lowers its link (Gen1, sometimes fewer lanes) to save power and trains it "
+            "back up for work: a link is degraded when it stays below its max while the GPU is busy "
+            "(GPUPCIeLinkDegraded).",
         ),
         span=8,
     )
