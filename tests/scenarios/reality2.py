@@ -31,6 +31,10 @@ H = State()
 # 25 ms yields 4.5 tokens, so the per-token time is a fifth of the step time
 SPEC = replace(H, spec_tokens=5, spec_accept=0.7, tpot=(0.0056, 0.013))
 NIXL = replace(H, kv_transfers=20.0)
+# a warm spare: engine up, next to no traffic, P8 clocks with only the gpu_idle reason
+WARM_SPARE = replace(
+    H, rate=0.05, running=0, waiting=0, kv=0.01, util=0, sm_clock=345, power=70, clock_events=("gpu_idle",)
+)
 
 
 def _at(minute: float, faulty: State, healthy: State = H) -> Behaviour:
@@ -113,23 +117,7 @@ def healthy_cases() -> list[Case]:
         Case(
             "warm-spare-at-idle-clocks",
             set(),
-            fleet(
-                "ws",
-                {
-                    2: lambda m: replace(
-                        H,
-                        rate=0.05,
-                        running=0,
-                        waiting=0,
-                        kv=0.01,
-                        util=0,
-                        sm_clock=345,
-                        power=70,
-                        clock_events=("gpu_idle",),
-                    )
-                },
-                base=replace(H, rate=6.0, util=78),
-            ),
+            fleet("ws", {2: lambda m: WARM_SPARE}, base=replace(H, rate=6.0, util=78)),
             "dogkeeper886/ollama37#207 and NVIDIA/NVSentinel#890: an idle GPU sits at P8 clocks with only the "
             "gpu_idle reason: not throttling; a warm spare beside two busy replicas",
         ),

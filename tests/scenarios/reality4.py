@@ -23,24 +23,12 @@ from dataclasses import replace
 
 from tests.scenarios.fleet import Behaviour, State, fleet
 from tests.scenarios.reality import Case, _with
+from tests.scenarios.reality2 import WARM_SPARE
 
 H = State()
 BUSY = replace(H, rate=6.0, util=78, pcie_link=(5, 16))
-# a warm spare: engine up, next to no traffic, P8 clocks, and its link at Gen1 (width kept)
-SPARE = replace(
-    H,
-    rate=0.05,
-    running=0,
-    waiting=0,
-    kv=0.01,
-    util=0,
-    sm_clock=345,
-    power=70,
-    clock_events=("gpu_idle",),
-    pcie_rx=3e6,
-    pcie_tx=1e6,
-    pcie_link=(1, 16),
-)
+# split 2's warm spare (engine up, next to no traffic, P8 clocks), its link at Gen1 (width kept)
+SPARE = replace(WARM_SPARE, pcie_rx=3e6, pcie_tx=1e6, pcie_link=(1, 16))
 # the seeds' avalanche: the pool full, preemptions, the queue and its time growing
 AVALANCHE = replace(
     BUSY,
