@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from kvscope import exitcodes
-from tests.scenarios.reality import Case, diagnosed, names_of, recorded, score
+from tests.scenarios.reality import Case, diagnosed, recorded, scored
 from tests.scenarios.reality2 import cases
 
 pytestmark = [pytest.mark.integration, pytest.mark.no_engine]
@@ -44,8 +44,7 @@ def test_the_split_cites_its_sources_and_holds_enough_healthy_fleets():
 )
 def test_every_active_incident_and_nothing_else(split2, case):
     result = _run(split2, case)
-    active = [(i.id, names_of(i.affected)) for i in result.incidents if i.status == "active"]
-    ok, why = score(case, active)
+    ok, why = scored(case, result)
     assert ok, f"{why}: {result.summary}"
 
 

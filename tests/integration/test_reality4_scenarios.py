@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.scenarios.reality import diagnosed, names_of, recorded, score
+from tests.scenarios.reality import diagnosed, recorded, scored
 from tests.scenarios.reality4 import cases
 
 pytestmark = [pytest.mark.integration, pytest.mark.no_engine]
@@ -29,8 +29,7 @@ def test_the_split_cites_its_sources_and_holds_healthy_look_alikes():
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_every_active_incident_and_nothing_else(split4, case):
     result = diagnosed(split4, case)
-    active = [(i.id, names_of(i.affected)) for i in result.incidents if i.status == "active"]
-    ok, why = score(case, active)
+    ok, why = scored(case, result)
     assert ok, f"{why}: {result.summary}"
 
 

@@ -318,6 +318,11 @@ def names_of(affected: list[dict[str, str]]) -> set[str]:
     return out
 
 
+def scored(case: Case, result: Diagnosis) -> tuple[bool, str]:
+    """score() of a diagnosis's active incidents (a recovered one is history)."""
+    return score(case, [(i.id, names_of(i.affected)) for i in result.incidents if i.status == "active"])
+
+
 def score(case: Case, incidents: list[tuple[str, set[str]]]) -> tuple[bool, str]:
     """Right when every expected incident is found and nothing else is: (ok, why not)."""
     missing = [e for e in case.expected if not any(i == e[0] and e[1] in n for i, n in incidents)]
